@@ -1,0 +1,579 @@
+// Builds the local control plane's binaries (kube-apiserver, kube-controller-manager, kubectl and
+// etcd/etcdctl/etcdutl for every supported etcd minor) from their Go modules, so the project needs no
+// release tarballs from the internet: only the Go module proxy.
+//
+// Everything lives in a cache outside git, keyed by version: changing a pinned version below builds the
+// new set beside the old one. A set counts as built only once its stamp file exists, and it is built in a
+// temporary directory renamed into place, so a killed build never leaves a half set behind.
+//
+// Run directly: `node infra/local/assets.ts` ensures everything and prints a JSON summary of the paths;
+// `node infra/local/assets.ts --check` only reports what is missing (exit code 1 if anything is).
+import { spawn } from "node:child_process";
+import { createWriteStream, type WriteStream } from "node:fs";
+import { mkdir, readdir, readFile, rename, rm, stat, writeFile } from "node:fs/promises";
+import { homedir } from "node:os";
+import { join } from "node:path";
+
+/** The Kubernetes release whose kube-apiserver, kube-controller-manager and kubectl we run. */
+export const KUBERNETES_VERSION = "1.34.4";
+
+/** One etcd per supported minor, each the newest patch of that minor. */
+export const ETCD_VERSIONS: readonly string[] = ["3.5.35", "3.6.16", "3.7.3"];
+
+export interface EtcdBuild {
+  version: string;
+  /** "3.5" */
+  minor: string;
+  binDir: string;
+  etcd: string;
+  etcdctl: string;
+  etcdutl: string;
+}
+
+export interface Assets {
+  kubernetesVersion: string;
+  kubeApiserver: string;
+  kubeControllerManager: string;
+  kubectl: string;
+  etcd: EtcdBuild[];
+}
+
+export type AssetKind = "kubernetes" | "etcd";
+
+export interface EnsureOptions {
+  /** Progress lines; default writes them to stderr. */
+  log?: (line: string) => void;
+  /** Build only these kinds. Paths of the others are still returned (where they would be). */
+  only?: AssetKind[];
+}
+
+/** Written last into a finished build directory; its presence is what "built" means. */
+const STAMP = ".complete";
+const PROGRESS_EVERY_MS = 30_000;
+/** How much of Go's output a failure message quotes. */
+const ERROR_TAIL_LINES = 30;
+
+export function cacheRoot(): string {
+  return process.env.EOP_CACHE ?? join(homedir(), ".cache/etcd-operator");
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Layout: where each version's binaries live. Pure path arithmetic, so the warm path never spawns anything.
+
+/** One buildable set of binaries. */
+interface Target {
+  kind: AssetKind;
+  /** Directory name under bin/ and build/, e.g. "etcd-v3.6.16". */
+  name: string;
+  /** For humans: "kubernetes v1.34.4". */
+  label: string;
+  binaries: string[];
+  build: (ctx: BuildContext) => Promise<void>;
+}
+
+interface BuildContext {
+  /** The wrapper Go module's directory (kept, so a rebuild only re-tidies). */
+  moduleDir: string;
+  /** Temporary directory the binaries go to; renamed into place when everything checks out. */
+  outDir: string;
+  log: (line: string) => void;
+  logFile: string;
+  label: string;
+}
+
+function binDir(name: string): string {
+  return join(cacheRoot(), "bin", name);
+}
+
+function kubernetesName(): string {
+  return `kubernetes-v${KUBERNETES_VERSION}`;
+}
+
+function etcdName(version: string): string {
+  return `etcd-v${version}`;
+}
+
+function minorOf(version: string): string {
+  return version.split(".").slice(0, 2).join(".");
+}
+
+function targets(): Target[] {
+  const kubernetes: Target = {
+    kind: "kubernetes",
+    name: kubernetesName(),
+    label: `kubernetes v${KUBERNETES_VERSION}`,
+    binaries: ["kube-apiserver", "kube-controller-manager", "kubectl"],
+    build: buildKubernetes,
+  };
+  const etcds = ETCD_VERSIONS.map(
+    (version): Target => ({
+      kind: "etcd",
+      name: etcdName(version),
+      label: `etcd v${version}`,
+      binaries: ["etcd", "etcdctl", "etcdutl"],
+      build: (ctx) => buildEtcd(ctx, version),
+    }),
+  );
+  return [kubernetes, ...etcds];
+}
+
+function layout(): Assets {
+  const k8s = binDir(kubernetesName());
+  return {
+    kubernetesVersion: KUBERNETES_VERSION,
+    kubeApiserver: join(k8s, "kube-apiserver"),
+    kubeControllerManager: join(k8s, "kube-controller-manager"),
+    kubectl: join(k8s, "kubectl"),
+    etcd: ETCD_VERSIONS.map((version) => {
+      const dir = binDir(etcdName(version));
+      return {
+        version,
+        minor: minorOf(version),
+        binDir: dir,
+        etcd: join(dir, "etcd"),
+        etcdctl: join(dir, "etcdctl"),
+        etcdutl: join(dir, "etcdutl"),
+      };
+    }),
+  };
+}
+
+async function exists(path: string): Promise<boolean> {
+  try {
+    await stat(path);
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+function isBuilt(target: Target): Promise<boolean> {
+  return exists(join(binDir(target.name), STAMP));
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Public API
+
+/** Makes sure every pinned binary is built (building what is missing) and returns their paths. */
+export async function ensureAssets(options: EnsureOptions = {}): Promise<Assets> {
+  const log = options.log ?? ((line: string) => process.stderr.write(`${line}\n`));
+  const wanted = targets().filter((t) => options.only === undefined || options.only.includes(t.kind));
+  const missing = await missingTargets(wanted);
+  if (missing.length === 0) {
+    log(`assets: ${wanted.map((t) => t.label).join(", ")} ready in ${join(cacheRoot(), "bin")}`);
+    return layout();
+  }
+  await requireGo();
+  log(`assets: building ${missing.map((t) => t.label).join(", ")} (cache: ${cacheRoot()})`);
+  // One at a time: each go build already uses every core, and two would only fight over them.
+  for (const target of missing) await buildTarget(target, log);
+  return layout();
+}
+
+/** The etcd build for a minor ("3.6"); throws when that minor is not one we build. */
+export function etcdForMinor(assets: Assets, minor: string): EtcdBuild {
+  const build = assets.etcd.find((e) => e.minor === minor);
+  if (build === undefined) {
+    const known = assets.etcd.map((e) => e.minor).join(", ");
+    throw new Error(`no etcd ${minor} among the local assets (have ${known}); see ETCD_VERSIONS`);
+  }
+  return build;
+}
+
+/** The newest etcd we build. */
+export function newestEtcd(assets: Assets): EtcdBuild {
+  const sorted = [...assets.etcd].sort((a, b) => compareVersions(b.version, a.version));
+  const newest = sorted[0];
+  if (newest === undefined) throw new Error("no etcd among the local assets; see ETCD_VERSIONS");
+  return newest;
+}
+
+function compareVersions(a: string, b: string): number {
+  const pa = a.split(".").map(Number);
+  const pb = b.split(".").map(Number);
+  for (let i = 0; i < Math.max(pa.length, pb.length); i++) {
+    const diff = (pa[i] ?? 0) - (pb[i] ?? 0);
+    if (diff !== 0) return diff;
+  }
+  return 0;
+}
+
+async function missingTargets(wanted: Target[]): Promise<Target[]> {
+  const built = await Promise.all(wanted.map(isBuilt));
+  return wanted.filter((_, i) => !built[i]);
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Building one target: temp dir, build, verify, stamp, rename.
+
+async function buildTarget(target: Target, log: (line: string) => void): Promise<void> {
+  const finalDir = binDir(target.name);
+  const moduleDir = join(cacheRoot(), "build", target.name);
+  // Beside the final directory so the rename stays on one filesystem (and is atomic).
+  const outDir = join(cacheRoot(), "bin", `.tmp-${target.name}-${process.pid}`);
+  await mkdir(moduleDir, { recursive: true });
+  await removeAbandonedTempDirs(target.name);
+  await rm(outDir, { recursive: true, force: true });
+  await mkdir(outDir, { recursive: true });
+
+  const logFile = join(moduleDir, "build.log");
+  await writeFile(logFile, "");
+  const started = Date.now();
+  log(`assets: building ${target.label}: ${target.binaries.join(", ")} (log: ${logFile})`);
+  try {
+    await target.build({ moduleDir, outDir, log, logFile, label: target.label });
+    await writeFile(join(outDir, STAMP), `${new Date().toISOString()}\n`);
+    await publish(outDir, finalDir);
+  } finally {
+    await rm(outDir, { recursive: true, force: true });
+  }
+  log(`assets: built ${target.label} in ${formatDuration(Date.now() - started)}`);
+}
+
+/** Moves a finished build into place; a concurrent builder that got there first wins. */
+async function publish(outDir: string, finalDir: string): Promise<void> {
+  // A directory without a stamp is debris (e.g. copied by hand); rename cannot replace a non-empty one.
+  if (!(await exists(join(finalDir, STAMP)))) await rm(finalDir, { recursive: true, force: true });
+  try {
+    await rename(outDir, finalDir);
+  } catch (error) {
+    if (!(await exists(join(finalDir, STAMP)))) throw error;
+  }
+}
+
+/** Temp dirs of builds whose process is gone (killed mid-build); a live builder's are left alone. */
+async function removeAbandonedTempDirs(name: string): Promise<void> {
+  const prefix = `.tmp-${name}-`;
+  const entries = await readdir(join(cacheRoot(), "bin")).catch(() => []);
+  for (const entry of entries) {
+    if (!entry.startsWith(prefix)) continue;
+    const pid = Number(entry.slice(prefix.length));
+    if (Number.isInteger(pid) && pid !== process.pid && isAlive(pid)) continue;
+    await rm(join(cacheRoot(), "bin", entry), { recursive: true, force: true });
+  }
+}
+
+function isAlive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch (error) {
+    // EPERM: it exists but belongs to someone else.
+    return error instanceof Error && "code" in error && error.code === "EPERM";
+  }
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Kubernetes: a wrapper module requiring k8s.io/kubernetes. Its go.mod points every k8s.io/* staging
+// module at ./staging/..., which only works inside its own repository, so the wrapper must replace each of
+// them with the matching published v0.X.Y version.
+
+async function buildKubernetes(ctx: BuildContext): Promise<void> {
+  const module = `k8s.io/kubernetes@v${KUBERNETES_VERSION}`;
+  const info = await downloadModule(ctx, module);
+  const upstreamGoMod = await readFile(info.goMod, "utf8");
+  const staging = stagingModules(upstreamGoMod);
+  if (staging.length === 0) throw new Error(`found no staging modules in ${module}'s go.mod (${info.goMod})`);
+  const stagingVersion = `v0.${KUBERNETES_VERSION.split(".").slice(1).join(".")}`;
+
+  await writeFile(
+    join(ctx.moduleDir, "go.mod"),
+    [
+      "module eop.local/kubernetes-assets",
+      "",
+      "go 1.24.0",
+      "",
+      // Kubernetes pins its runtime behaviour this way; the main module's godebug lines are what count.
+      ...upstreamGoMod.split("\n").filter((line) => /^godebug [^(]/.test(line)),
+      "",
+      `require k8s.io/kubernetes v${KUBERNETES_VERSION}`,
+      "",
+      "replace (",
+      ...staging.map((name) => `\t${name} => ${name} ${stagingVersion}`),
+      ")",
+      "",
+    ].join("\n"),
+  );
+  const commands = ["kube-apiserver", "kube-controller-manager", "kubectl"];
+  await writeFile(
+    join(ctx.moduleDir, "tools.go"),
+    toolsGo(commands.map((c) => `k8s.io/kubernetes/cmd/${c}`)),
+  );
+  await runGo(ctx, "resolving modules (go mod tidy)", ["mod", "tidy"]);
+  await runGo(ctx, `building ${commands.join(", ")}`, [
+    "build",
+    "-trimpath",
+    "-buildvcs=false",
+    "-ldflags",
+    `-s -w ${kubernetesVersionFlags(info.time)}`,
+    "-o",
+    `${ctx.outDir}/`,
+    ...commands.map((c) => `k8s.io/kubernetes/cmd/${c}`),
+  ]);
+  await verifyVersion(
+    ctx,
+    join(ctx.outDir, "kube-apiserver"),
+    ["--version"],
+    `Kubernetes v${KUBERNETES_VERSION}`,
+  );
+  await verifyVersion(ctx, join(ctx.outDir, "kubectl"), ["version", "--client"], `v${KUBERNETES_VERSION}`);
+}
+
+/** Every `k8s.io/NAME => ./staging/...` replacement in Kubernetes's own go.mod. */
+function stagingModules(goMod: string): string[] {
+  const names = [...goMod.matchAll(/^\s*(k8s\.io\/[\w.-]+)\s+=>\s+\.\/staging\//gm)].map((m) => m[1]);
+  return names.filter((name): name is string => name !== undefined);
+}
+
+/**
+ * What Kubernetes's own build stamps in (hack/lib/version.sh), so `/version` and `--version` tell the
+ * truth. The commit is unknown from a module download, so it is left empty; the build date is the
+ * release's publication time from the module proxy, which keeps the build reproducible.
+ */
+function kubernetesVersionFlags(releaseTime: string): string {
+  const [major, minor] = KUBERNETES_VERSION.split(".");
+  const values: [string, string][] = [
+    ["gitVersion", `v${KUBERNETES_VERSION}`],
+    ["gitMajor", major ?? ""],
+    ["gitMinor", minor ?? ""],
+    ["gitTreeState", "clean"],
+    ["gitCommit", ""],
+    ["buildDate", releaseTime],
+  ];
+  const packages = ["k8s.io/component-base/version", "k8s.io/client-go/pkg/version"];
+  return packages.flatMap((pkg) => values.map(([name, value]) => `-X ${pkg}.${name}=${value}`)).join(" ");
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// etcd: one wrapper module per version. The server's entry point is etcdmain.Main, exactly as etcd's own
+// main.go (server/main.go in the etcd repository) calls it; etcdctl and etcdutl are their modules' main
+// packages. The version is compiled into go.etcd.io/etcd/api/v3/version; the only ldflag etcd's build sets
+// is the git SHA, which a module download does not know, so it keeps its "Not provided" default.
+
+async function buildEtcd(ctx: BuildContext, version: string): Promise<void> {
+  const modules = ["server", "etcdctl", "etcdutl"].map((m) => `go.etcd.io/etcd/${m}/v3`);
+  await writeFile(
+    join(ctx.moduleDir, "go.mod"),
+    [
+      `module eop.local/${etcdName(version)}`,
+      "",
+      "go 1.24.0",
+      "",
+      "require (",
+      ...modules.map((m) => `\t${m} v${version}`),
+      ")",
+      "",
+    ].join("\n"),
+  );
+  // In a subdirectory so one `go build -o dir/` names the binary "etcd".
+  await mkdir(join(ctx.moduleDir, "etcd"), { recursive: true });
+  await writeFile(join(ctx.moduleDir, "etcd", "main.go"), ETCD_MAIN_GO);
+  const tools = ["go.etcd.io/etcd/etcdctl/v3", "go.etcd.io/etcd/etcdutl/v3"];
+  await writeFile(join(ctx.moduleDir, "tools.go"), toolsGo(tools));
+  await runGo(ctx, "resolving modules (go mod tidy)", ["mod", "tidy"]);
+  await runGo(ctx, "building etcd, etcdctl, etcdutl", [
+    ...["build", "-trimpath", "-buildvcs=false", "-ldflags", "-s -w", "-o", `${ctx.outDir}/`],
+    ...["./etcd", ...tools],
+  ]);
+  await verifyVersion(ctx, join(ctx.outDir, "etcd"), ["--version"], `etcd Version: ${version}`);
+  await verifyVersion(ctx, join(ctx.outDir, "etcdctl"), ["version"], `etcdctl version: ${version}`);
+  await verifyVersion(ctx, join(ctx.outDir, "etcdutl"), ["version"], `etcdutl version: ${version}`);
+}
+
+const ETCD_MAIN_GO = `// Generated by infra/local/assets.ts: the etcd server, as etcd's own server/main.go builds it.
+package main
+
+import (
+	"os"
+
+	"go.etcd.io/etcd/server/v3/etcdmain"
+)
+
+func main() {
+	etcdmain.Main(os.Args)
+}
+`;
+
+/** A file that only exists so \`go mod tidy\` keeps the command packages' modules required. */
+function toolsGo(packages: string[]): string {
+  const imports = packages.map((p) => `\t_ "${p}"`).join("\n");
+  return `// Generated by infra/local/assets.ts.\n//go:build tools\n\npackage tools\n\nimport (\n${imports}\n)\n`;
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Running go
+
+const GO_MISSING = [
+  "Go is not on PATH: the local control plane's binaries (kube-apiserver, etcd, ...) are built from their Go modules.",
+  "Install Go 1.26 or newer from https://go.dev/dl/ (or your package manager) and put its bin directory on PATH.",
+  "An older go works too if GOTOOLCHAIN allows it to fetch the toolchain the modules ask for",
+  "(GOTOOLCHAIN=auto, the default; GOTOOLCHAIN=local forbids it).",
+].join("\n");
+
+async function requireGo(): Promise<void> {
+  const result = await run("go", ["version"], {}).catch((error: unknown) => {
+    if (error instanceof Error && "code" in error && error.code === "ENOENT") {
+      throw new Error(GO_MISSING, { cause: error });
+    }
+    throw error;
+  });
+  if (result.code !== 0) throw new Error(`\`go version\` failed:\n${result.output}`);
+}
+
+function goEnv(): NodeJS.ProcessEnv {
+  // -mod=mod: the wrapper's go.mod and go.sum are ours to update. No cgo: static binaries, no C toolchain.
+  return { ...process.env, GOFLAGS: "-mod=mod", CGO_ENABLED: "0" };
+}
+
+interface ModuleInfo {
+  goMod: string;
+  /** When the module proxy first saw this version (RFC 3339). */
+  time: string;
+}
+
+async function downloadModule(ctx: BuildContext, module: string): Promise<ModuleInfo> {
+  const output = await runGo(ctx, `downloading ${module}`, ["mod", "download", "-json", module]);
+  const parsed: unknown = JSON.parse(output.stdout);
+  const goMod = stringField(parsed, "GoMod");
+  const infoPath = stringField(parsed, "Info");
+  if (goMod === undefined || infoPath === undefined) {
+    throw new Error(`\`go mod download -json ${module}\` gave no GoMod/Info: ${output.stdout}`);
+  }
+  const info: unknown = JSON.parse(await readFile(infoPath, "utf8"));
+  return { goMod, time: stringField(info, "Time") ?? "1970-01-01T00:00:00Z" };
+}
+
+function stringField(value: unknown, key: string): string | undefined {
+  if (typeof value !== "object" || value === null || !(key in value)) return undefined;
+  const field: unknown = (value as Record<string, unknown>)[key];
+  return typeof field === "string" ? field : undefined;
+}
+
+/**
+ * Runs go in the wrapper module, teeing its output to the build log. `activity` says what it is doing,
+ * for the "still ..." lines a long command prints so nobody wonders whether it hangs.
+ */
+async function runGo(ctx: BuildContext, activity: string, args: string[]): Promise<RunResult> {
+  const command = `go ${args.map(quoteArg).join(" ")}`;
+  const logStream = createWriteStream(ctx.logFile, { flags: "a" });
+  logStream.write(`$ ${command}\n`);
+  const started = Date.now();
+  const ticker = setInterval(() => {
+    ctx.log(`assets: still ${activity}… ${formatDuration(Date.now() - started)}`);
+  }, PROGRESS_EVERY_MS);
+  try {
+    const result = await run("go", args, { cwd: ctx.moduleDir, env: goEnv(), tee: logStream });
+    if (result.code !== 0) {
+      const cause = new Error(
+        `go exited with ${result.code === null ? `signal ${result.signal}` : `code ${result.code}`}`,
+      );
+      throw new Error(
+        `building ${ctx.label} failed: \`${command}\` in ${ctx.moduleDir}\n` +
+          `last lines of its output (all of it: ${ctx.logFile}):\n${lastLines(result.output, ERROR_TAIL_LINES)}`,
+        { cause },
+      );
+    }
+    return result;
+  } finally {
+    clearInterval(ticker);
+    await new Promise((resolve) => logStream.end(resolve));
+  }
+}
+
+/** Refuses to publish a build whose version stamp is wrong (e.g. ldflags that no longer apply). */
+async function verifyVersion(
+  ctx: BuildContext,
+  binary: string,
+  args: string[],
+  expected: string,
+): Promise<void> {
+  const result = await run(binary, args, { cwd: ctx.outDir });
+  if (result.code !== 0 || !result.output.includes(expected)) {
+    throw new Error(
+      `building ${ctx.label}: \`${binary} ${args.join(" ")}\` should print "${expected}" but ` +
+        `exited with ${result.code} and printed:\n${lastLines(result.output, ERROR_TAIL_LINES)}`,
+    );
+  }
+}
+
+interface RunResult {
+  code: number | null;
+  signal: NodeJS.Signals | null;
+  stdout: string;
+  /** stdout and stderr interleaved, as a person would have seen them. */
+  output: string;
+}
+
+interface RunOptions {
+  cwd?: string;
+  env?: NodeJS.ProcessEnv;
+  tee?: WriteStream;
+}
+
+function run(command: string, args: string[], options: RunOptions): Promise<RunResult> {
+  return new Promise((resolve, reject) => {
+    const child = spawn(command, args, {
+      cwd: options.cwd,
+      env: options.env,
+      stdio: ["ignore", "pipe", "pipe"],
+    });
+    let stdout = "";
+    let output = "";
+    child.stdout.setEncoding("utf8");
+    child.stderr.setEncoding("utf8");
+    child.stdout.on("data", (chunk: string) => {
+      stdout += chunk;
+      output += chunk;
+      options.tee?.write(chunk);
+    });
+    child.stderr.on("data", (chunk: string) => {
+      output += chunk;
+      options.tee?.write(chunk);
+    });
+    child.on("error", reject);
+    child.on("close", (code, signal) => resolve({ code, signal, stdout, output }));
+  });
+}
+
+function lastLines(text: string, count: number): string {
+  return text.trimEnd().split("\n").slice(-count).join("\n");
+}
+
+function quoteArg(arg: string): string {
+  return /^[\w@%+=:,./-]+$/.test(arg) ? arg : JSON.stringify(arg);
+}
+
+function formatDuration(ms: number): string {
+  const seconds = Math.round(ms / 1000);
+  const minutes = Math.floor(seconds / 60);
+  return minutes > 0 ? `${minutes}m${seconds % 60}s` : `${seconds}s`;
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// CLI
+
+async function check(): Promise<number> {
+  const missing = await missingTargets(targets());
+  for (const target of missing) console.log(`missing: ${target.label} (${binDir(target.name)})`);
+  if (missing.length === 0) console.log(`all assets present in ${join(cacheRoot(), "bin")}`);
+  return missing.length === 0 ? 0 : 1;
+}
+
+async function main(argv: string[]): Promise<number> {
+  if (argv.includes("--check")) return check();
+  const assets = await ensureAssets();
+  console.log(JSON.stringify(assets, null, 2));
+  return 0;
+}
+
+if (import.meta.main) {
+  main(process.argv.slice(2)).then(
+    (code) => {
+      process.exitCode = code;
+    },
+    (error: unknown) => {
+      console.error(error instanceof Error ? error.message : error);
+      process.exitCode = 1;
+    },
+  );
+}

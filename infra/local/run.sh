@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# The project's entry point for people and CI: sets up the machine (Node LTS, npm packages,
+# Debian packages, built binaries; each only when missing) and then runs what was asked.
+#   run.sh test [tap args]   type-check, lint, and all tests against the local control plane
+#   run.sh demo              the local control plane with an example, until Ctrl-C
+#   run.sh local up|down|status [--name N]
+#   run.sh assets [--check]  build (or check) the pinned kube/etcd binaries
+set -euo pipefail
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+# shellcheck source=env.sh
+source "$here/env.sh"
+cd "$EOP_ROOT"
+
+cmd="${1:-test}"
+shift || true
+case "$cmd" in
+  test)
+    step "binaries (kube-apiserver, kube-controller-manager, kubectl, etcd 3.5/3.6/3.7; cached in $EOP_CACHE)"
+    node infra/local/assets.ts >/dev/null
+    step "type-check (tsc --noEmit)"
+    npx tsc --noEmit
+    step "lint (biome)"
+    npx biome check .
+    step "tests (tap)"
+    exec npx tap "$@"
+    ;;
+  demo)
+    node infra/local/assets.ts >/dev/null
+    exec node infra/local/demo.ts "$@"
+    ;;
+  local)
+    exec node infra/local/cli.ts "$@"
+    ;;
+  assets)
+    exec node infra/local/assets.ts "$@"
+    ;;
+  *)
+    echo "usage: run.sh test|demo|local|assets" >&2
+    exit 2
+    ;;
+esac
