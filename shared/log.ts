@@ -18,7 +18,10 @@ export function createLogger(options: LogOptions = {}): Logger {
       transport: { target: "pino-pretty", options: { colorize: true, ignore: "pid,hostname" } },
     });
   }
-  return pino({ level, redact: { paths: ["*.token", "*.password", "*.secretAccessKey"], censor: "[redacted]" } });
+  return pino({
+    level,
+    redact: { paths: ["*.token", "*.password", "*.secretAccessKey"], censor: "[redacted]" },
+  });
 }
 
 /** A logger that drops everything: for unit tests that do not look at logs. */

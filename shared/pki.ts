@@ -1,6 +1,7 @@
 // A small certificate authority built on WebCrypto and @peculiar/x509. The local control plane
 // uses it for kube-apiserver's serving and client certificates; tests use it to make TLS material
 // for etcd members. ECDSA P-256 keeps generation fast (milliseconds, unlike RSA).
+import "reflect-metadata"; // @peculiar/x509 resolves its parts through tsyringe, which needs it
 import { webcrypto } from "node:crypto";
 import * as x509 from "@peculiar/x509";
 
@@ -9,7 +10,11 @@ type CryptoKeyPair = webcrypto.CryptoKeyPair;
 
 x509.cryptoProvider.set(webcrypto);
 
-const ALGORITHM: webcrypto.EcKeyGenParams & webcrypto.EcdsaParams = { name: "ECDSA", namedCurve: "P-256", hash: "SHA-256" };
+const ALGORITHM: webcrypto.EcKeyGenParams & webcrypto.EcdsaParams = {
+  name: "ECDSA",
+  namedCurve: "P-256",
+  hash: "SHA-256",
+};
 const DAY_MS = 24 * 60 * 60 * 1000;
 
 export interface KeyAndCert {
@@ -58,7 +63,10 @@ function distinguishedName(commonName: string, organizations: string[] = []): st
   return [`CN=${escapeDnValue(commonName)}`, ...organizations.map((o) => `O=${escapeDnValue(o)}`)].join(", ");
 }
 
-export async function createCertificateAuthority(commonName: string, validDays = 365): Promise<CertificateAuthority> {
+export async function createCertificateAuthority(
+  commonName: string,
+  validDays = 365,
+): Promise<CertificateAuthority> {
   const keys = await generateKeys();
   const now = Date.now();
   const certificate = await x509.X509CertificateGenerator.createSelfSigned({
@@ -93,7 +101,10 @@ export async function issueCertificate(ca: CertificateAuthority, options: LeafOp
   ];
   const extensions: x509.Extension[] = [
     new x509.BasicConstraintsExtension(false, undefined, true),
-    new x509.KeyUsagesExtension(x509.KeyUsageFlags.digitalSignature | x509.KeyUsageFlags.keyEncipherment, true),
+    new x509.KeyUsagesExtension(
+      x509.KeyUsageFlags.digitalSignature | x509.KeyUsageFlags.keyEncipherment,
+      true,
+    ),
     new x509.ExtendedKeyUsageExtension(extendedUsages),
     await x509.AuthorityKeyIdentifierExtension.create(ca.certificate),
   ];

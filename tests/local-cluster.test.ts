@@ -7,7 +7,15 @@ import { Etcd3 } from "etcd3";
 import t from "tap";
 import { ensureAssets } from "../infra/local/assets.ts";
 import { startLocalCluster } from "../infra/local/control-plane.ts";
-import { clientsFor, eventsFor, isReady, readPod, waitFor, waitForPod, waitForPodGone } from "../infra/local/kube-wait.ts";
+import {
+  clientsFor,
+  eventsFor,
+  isReady,
+  readPod,
+  waitFor,
+  waitForPod,
+  waitForPodGone,
+} from "../infra/local/kube-wait.ts";
 
 const NS = "default";
 const assets = await ensureAssets();
@@ -16,7 +24,9 @@ t.teardown(() => cluster.stop());
 const { core, apps } = clientsFor(cluster.kubeconfigPath);
 
 function kubectl(...args: string[]): string {
-  return execFileSync(assets.kubectl, ["--kubeconfig", cluster.kubeconfigPath, ...args], { encoding: "utf8" });
+  return execFileSync(assets.kubectl, ["--kubeconfig", cluster.kubeconfigPath, ...args], {
+    encoding: "utf8",
+  });
 }
 
 function headlessService(name: string, selector: Record<string, string>): V1Service {
@@ -35,7 +45,13 @@ function headlessService(name: string, selector: Record<string, string>): V1Serv
 }
 
 /** An etcd member pod addressed by `<name>.<subdomain>.default.svc`, like the operator's pods. */
-function etcdPod(name: string, subdomain: string, version: string, initialCluster: string, labels: Record<string, string>): V1Pod {
+function etcdPod(
+  name: string,
+  subdomain: string,
+  version: string,
+  initialCluster: string,
+  labels: Record<string, string>,
+): V1Pod {
   const dns = `${name}.${subdomain}.${NS}.svc`;
   return {
     metadata: { name, namespace: NS, labels },
@@ -79,10 +95,20 @@ async function runToCompletion(name: string, image: string, script: string): Pro
     namespace: NS,
     body: {
       metadata: { name, namespace: NS },
-      spec: { restartPolicy: "Never", containers: [{ name: "main", image, command: ["/bin/sh", "-c", script] }] },
+      spec: {
+        restartPolicy: "Never",
+        containers: [{ name: "main", image, command: ["/bin/sh", "-c", script] }],
+      },
     },
   });
-  return waitForPod(core, NS, name, "to finish", (p) => p.status?.phase === "Succeeded" || p.status?.phase === "Failed", 60_000);
+  return waitForPod(
+    core,
+    NS,
+    name,
+    "to finish",
+    (p) => p.status?.phase === "Succeeded" || p.status?.phase === "Failed",
+    60_000,
+  );
 }
 
 t.test("the node registers Ready and kubectl sees it", async (t) => {
@@ -90,68 +116,95 @@ t.test("the node registers Ready and kubectl sees it", async (t) => {
   t.match(out, /local-node\s+Ready/);
   t.match(out, new RegExp(`v${assets.kubernetesVersion.replace(/\./g, "\\.")}`));
   const version = JSON.parse(kubectl("version", "-o", "json")) as { serverVersion: { gitVersion: string } };
-  t.equal(version.serverVersion.gitVersion, `v${assets.kubernetesVersion}`, "/version reports the pinned release");
+  t.equal(
+    version.serverVersion.gitVersion,
+    `v${assets.kubernetesVersion}`,
+    "/version reports the pinned release",
+  );
 });
 
 for (const build of assets.etcd) {
   const tag = build.minor.replace(".", "");
-  t.test(`an etcd ${build.minor} pod becomes Ready, is reached by DNS name from another pod, and keeps a key`, async (t) => {
-    const name = `etcd-${tag}`;
-    const subdomain = `single-${tag}`;
-    await core.createNamespacedService({ namespace: NS, body: headlessService(subdomain, { app: name }) });
-    await core.createNamespacedPod({
-      namespace: NS,
-      body: etcdPod(name, subdomain, build.version, `${name}=http://${name}.${subdomain}.${NS}.svc:2380`, { app: name }),
-    });
-    const pod = await waitForPod(core, NS, name, "Ready", isReady, 60_000);
-    const ip = pod.status?.podIP ?? "";
-    t.match(ip, new RegExp(`^${cluster.network.base.replace(/\./g, "\\.")}\\.\\d+$`), "the pod has its own IP on the bridge");
-    t.equal(pod.status?.containerStatuses?.[0]?.imageID, `local://etcd@v${build.version}`);
+  t.test(
+    `an etcd ${build.minor} pod becomes Ready, is reached by DNS name from another pod, and keeps a key`,
+    async (t) => {
+      const name = `etcd-${tag}`;
+      const subdomain = `single-${tag}`;
+      await core.createNamespacedService({ namespace: NS, body: headlessService(subdomain, { app: name }) });
+      await core.createNamespacedPod({
+        namespace: NS,
+        body: etcdPod(name, subdomain, build.version, `${name}=http://${name}.${subdomain}.${NS}.svc:2380`, {
+          app: name,
+        }),
+      });
+      const pod = await waitForPod(core, NS, name, "Ready", isReady, 60_000);
+      const ip = pod.status?.podIP ?? "";
+      t.match(
+        ip,
+        new RegExp(`^${cluster.network.base.replace(/\./g, "\\.")}\\.\\d+$`),
+        "the pod has its own IP on the bridge",
+      );
+      t.equal(pod.status?.containerStatuses?.[0]?.imageID, `local://etcd@v${build.version}`);
 
-    const endpoint = `http://${name}.${subdomain}.${NS}.svc:2379`;
-    const writer = await runToCompletion(
-      `writer-${tag}`,
-      `quay.io/coreos/etcd:v${build.version}`,
-      `etcdctl --endpoints=${endpoint} put greeting hello-${tag} && test "$(etcdctl --endpoints=${endpoint} get greeting --print-value-only)" = hello-${tag}`,
-    );
-    t.equal(writer.status?.phase, "Succeeded", "a second pod wrote and read the key by DNS name");
-    t.not(writer.status?.podIP, ip, "the writer ran in a pod of its own");
+      const endpoint = `http://${name}.${subdomain}.${NS}.svc:2379`;
+      const writer = await runToCompletion(
+        `writer-${tag}`,
+        `quay.io/coreos/etcd:v${build.version}`,
+        `etcdctl --endpoints=${endpoint} put greeting hello-${tag} && test "$(etcdctl --endpoints=${endpoint} get greeting --print-value-only)" = hello-${tag}`,
+      );
+      t.equal(writer.status?.phase, "Succeeded", "a second pod wrote and read the key by DNS name");
+      t.not(writer.status?.podIP, ip, "the writer ran in a pod of its own");
 
-    const client = new Etcd3({ hosts: [`http://${ip}:2379`] });
-    t.teardown(() => client.close());
-    t.equal(await client.get("greeting").string(), `hello-${tag}`, "the host reads the key back over the bridge");
-    const status = await client.maintenance.status();
-    t.equal(status.version, build.version, "the member runs the built version");
-  });
+      const client = new Etcd3({ hosts: [`http://${ip}:2379`] });
+      t.teardown(() => client.close());
+      t.equal(
+        await client.get("greeting").string(),
+        `hello-${tag}`,
+        "the host reads the key back over the bridge",
+      );
+      const status = await client.maintenance.status();
+      t.equal(status.version, build.version, "the member runs the built version");
+    },
+  );
 }
 
-t.test("three etcd pods bootstrapped statically under a headless Service form a cluster and elect a leader", async (t) => {
-  const build = assets.etcd[assets.etcd.length - 1];
-  if (!build) throw new Error("no etcd build");
-  const names = ["trio-0", "trio-1", "trio-2"];
-  const initial = names.map((n) => `${n}=http://${n}.trio.${NS}.svc:2380`).join(",");
-  await core.createNamespacedService({ namespace: NS, body: headlessService("trio", { app: "trio" }) });
-  for (const name of names) {
-    await core.createNamespacedPod({ namespace: NS, body: etcdPod(name, "trio", build.version, initial, { app: "trio" }) });
-  }
-  const pods = await Promise.all(names.map((n) => waitForPod(core, NS, n, "Ready", isReady, 90_000)));
-  const hosts = pods.map((p) => `http://${p.status?.podIP}:2379`);
-  t.equal(new Set(hosts).size, 3, "each member has its own IP");
-  const client = new Etcd3({ hosts });
-  t.teardown(() => client.close());
-  const members = await client.cluster.memberList({});
-  t.equal(members.members.length, 3, "three members");
-  const status = await client.maintenance.status();
-  t.not(status.leader, "0", "a leader is elected");
-  await client.put("trio-key").value("written-once");
-  for (const host of hosts) {
-    const single = new Etcd3({ hosts: [host] });
-    t.equal(await single.get("trio-key").string(), "written-once", `${host} serves the replicated key`);
-    single.close();
-  }
-  const wide = kubectl("get", "pods", "-o", "wide");
-  for (const pod of pods) t.match(wide, new RegExp(`${pod.metadata?.name}\\s+1/1\\s+Running.*${pod.status?.podIP?.replace(/\./g, "\\.")}`));
-});
+t.test(
+  "three etcd pods bootstrapped statically under a headless Service form a cluster and elect a leader",
+  async (t) => {
+    const build = assets.etcd[assets.etcd.length - 1];
+    if (!build) throw new Error("no etcd build");
+    const names = ["trio-0", "trio-1", "trio-2"];
+    const initial = names.map((n) => `${n}=http://${n}.trio.${NS}.svc:2380`).join(",");
+    await core.createNamespacedService({ namespace: NS, body: headlessService("trio", { app: "trio" }) });
+    for (const name of names) {
+      await core.createNamespacedPod({
+        namespace: NS,
+        body: etcdPod(name, "trio", build.version, initial, { app: "trio" }),
+      });
+    }
+    const pods = await Promise.all(names.map((n) => waitForPod(core, NS, n, "Ready", isReady, 90_000)));
+    const hosts = pods.map((p) => `http://${p.status?.podIP}:2379`);
+    t.equal(new Set(hosts).size, 3, "each member has its own IP");
+    const client = new Etcd3({ hosts });
+    t.teardown(() => client.close());
+    const members = await client.cluster.memberList({});
+    t.equal(members.members.length, 3, "three members");
+    const status = await client.maintenance.status();
+    t.not(status.leader, "0", "a leader is elected");
+    await client.put("trio-key").value("written-once");
+    for (const host of hosts) {
+      const single = new Etcd3({ hosts: [host] });
+      t.equal(await single.get("trio-key").string(), "written-once", `${host} serves the replicated key`);
+      single.close();
+    }
+    const wide = kubectl("get", "pods", "-o", "wide");
+    for (const pod of pods)
+      t.match(
+        wide,
+        new RegExp(`${pod.metadata?.name}\\s+1/1\\s+Running.*${pod.status?.podIP?.replace(/\./g, "\\.")}`),
+      );
+  },
+);
 
 t.test("deleting a pod stops its processes and removes the object", async (t) => {
   const pod = await runToCompletion("sleeper-probe", "busybox", "true");
@@ -160,14 +213,20 @@ t.test("deleting a pod stops its processes and removes the object", async (t) =>
     namespace: NS,
     body: {
       metadata: { name: "sleeper", namespace: NS },
-      spec: { terminationGracePeriodSeconds: 3, containers: [{ name: "main", image: "busybox", command: ["sleep", "3600"] }] },
+      spec: {
+        terminationGracePeriodSeconds: 3,
+        containers: [{ name: "main", image: "busybox", command: ["sleep", "3600"] }],
+      },
     },
   });
   const running = await waitForPod(core, NS, "sleeper", "Ready", isReady);
   const uid = running.metadata?.uid ?? "";
   const netns = `${cluster.network.netnsPrefix}${uid.replace(/-/g, "").slice(0, 8)}`;
   t.ok(existsSync(`/run/netns/${netns}`), "the pod has a network namespace");
-  const pids = execFileSync("ip", ["netns", "pids", netns], { encoding: "utf8" }).trim().split("\n").filter(Boolean);
+  const pids = execFileSync("ip", ["netns", "pids", netns], { encoding: "utf8" })
+    .trim()
+    .split("\n")
+    .filter(Boolean);
   t.ok(pids.length > 0, "a process runs in it");
   await core.deleteNamespacedPod({ name: "sleeper", namespace: NS });
   await waitForPodGone(core, NS, "sleeper", 30_000);
@@ -176,16 +235,24 @@ t.test("deleting a pod stops its processes and removes the object", async (t) =>
 });
 
 t.test("deleting an owner makes the garbage collector delete its dependents", async (t) => {
-  const owner = await core.createNamespacedConfigMap({ namespace: NS, body: { metadata: { name: "owner", namespace: NS } } });
+  const owner = await core.createNamespacedConfigMap({
+    namespace: NS,
+    body: { metadata: { name: "owner", namespace: NS } },
+  });
   await core.createNamespacedPod({
     namespace: NS,
     body: {
       metadata: {
         name: "dependent",
         namespace: NS,
-        ownerReferences: [{ apiVersion: "v1", kind: "ConfigMap", name: "owner", uid: owner.metadata?.uid ?? "" }],
+        ownerReferences: [
+          { apiVersion: "v1", kind: "ConfigMap", name: "owner", uid: owner.metadata?.uid ?? "" },
+        ],
       },
-      spec: { terminationGracePeriodSeconds: 2, containers: [{ name: "main", image: "busybox", command: ["sleep", "3600"] }] },
+      spec: {
+        terminationGracePeriodSeconds: 2,
+        containers: [{ name: "main", image: "busybox", command: ["sleep", "3600"] }],
+      },
     },
   });
   await waitForPod(core, NS, "dependent", "Ready", isReady);
@@ -194,80 +261,98 @@ t.test("deleting an owner makes the garbage collector delete its dependents", as
   t.pass("the dependent pod was collected");
 });
 
-t.test("a Deployment's and a StatefulSet's pods run (workload controllers on, PVCs provisioned)", async (t) => {
-  await apps.createNamespacedDeployment({
-    namespace: NS,
-    body: {
-      metadata: { name: "web", namespace: NS },
-      spec: {
-        replicas: 2,
-        selector: { matchLabels: { app: "web" } },
-        template: {
-          metadata: { labels: { app: "web" } },
-          spec: { terminationGracePeriodSeconds: 2, containers: [{ name: "main", image: "busybox", command: ["sleep", "3600"] }] },
-        },
-      },
-    },
-  });
-  await waitFor("deployment web to have 2 ready replicas", async () => {
-    const d = await apps.readNamespacedDeployment({ name: "web", namespace: NS });
-    return d.status?.readyReplicas === 2 ? true : undefined;
-  });
-  await core.createNamespacedService({ namespace: NS, body: headlessService("ss", { app: "ss" }) });
-  await apps.createNamespacedStatefulSet({
-    namespace: NS,
-    body: {
-      metadata: { name: "ss", namespace: NS },
-      spec: {
-        serviceName: "ss",
-        replicas: 2,
-        selector: { matchLabels: { app: "ss" } },
-        template: {
-          metadata: { labels: { app: "ss" } },
-          spec: {
-            terminationGracePeriodSeconds: 2,
-            containers: [
-              {
-                name: "main",
-                image: "busybox",
-                // Each replica writes its name to its own volume and checks it can resolve its peer.
-                command: ["/bin/sh", "-c", 'echo "$HOSTNAME" > /data/name && exec sleep 3600'],
-                volumeMounts: [{ name: "data", mountPath: "/data" }],
-              },
-            ],
+t.test(
+  "a Deployment's and a StatefulSet's pods run (workload controllers on, PVCs provisioned)",
+  async (t) => {
+    await apps.createNamespacedDeployment({
+      namespace: NS,
+      body: {
+        metadata: { name: "web", namespace: NS },
+        spec: {
+          replicas: 2,
+          selector: { matchLabels: { app: "web" } },
+          template: {
+            metadata: { labels: { app: "web" } },
+            spec: {
+              terminationGracePeriodSeconds: 2,
+              containers: [{ name: "main", image: "busybox", command: ["sleep", "3600"] }],
+            },
           },
         },
-        volumeClaimTemplates: [
-          { metadata: { name: "data" }, spec: { accessModes: ["ReadWriteOnce"], resources: { requests: { storage: "1Gi" } } } },
-        ],
       },
-    },
-  });
-  await waitFor(
-    "statefulset ss to have 2 ready replicas",
-    async () => {
-      const s = await apps.readNamespacedStatefulSet({ name: "ss", namespace: NS });
-      return s.status?.readyReplicas === 2 ? true : undefined;
-    },
-    { timeoutMs: 90_000 },
-  );
-  const claim = await core.readNamespacedPersistentVolumeClaim({ name: "data-ss-0", namespace: NS });
-  t.equal(claim.status?.phase, "Bound", "the claim was provisioned and bound");
-  const pv = await core.readPersistentVolume({ name: claim.spec?.volumeName ?? "" });
-  const path = pv.spec?.hostPath?.path ?? "";
-  t.equal(readFileSync(`${path}/name`, "utf8").trim(), "ss-0", "the pod wrote into its persistent volume");
-  const peer = await runToCompletion("dns-check", "busybox", "getent hosts ss-1.ss.default.svc.cluster.local && getent hosts ss-0.ss");
-  t.equal(peer.status?.phase, "Succeeded", "StatefulSet pods resolve by their stable DNS names");
-});
+    });
+    await waitFor("deployment web to have 2 ready replicas", async () => {
+      const d = await apps.readNamespacedDeployment({ name: "web", namespace: NS });
+      return d.status?.readyReplicas === 2 ? true : undefined;
+    });
+    await core.createNamespacedService({ namespace: NS, body: headlessService("ss", { app: "ss" }) });
+    await apps.createNamespacedStatefulSet({
+      namespace: NS,
+      body: {
+        metadata: { name: "ss", namespace: NS },
+        spec: {
+          serviceName: "ss",
+          replicas: 2,
+          selector: { matchLabels: { app: "ss" } },
+          template: {
+            metadata: { labels: { app: "ss" } },
+            spec: {
+              terminationGracePeriodSeconds: 2,
+              containers: [
+                {
+                  name: "main",
+                  image: "busybox",
+                  // Each replica writes its name to its own volume and checks it can resolve its peer.
+                  command: ["/bin/sh", "-c", 'echo "$HOSTNAME" > /data/name && exec sleep 3600'],
+                  volumeMounts: [{ name: "data", mountPath: "/data" }],
+                },
+              ],
+            },
+          },
+          volumeClaimTemplates: [
+            {
+              metadata: { name: "data" },
+              spec: { accessModes: ["ReadWriteOnce"], resources: { requests: { storage: "1Gi" } } },
+            },
+          ],
+        },
+      },
+    });
+    await waitFor(
+      "statefulset ss to have 2 ready replicas",
+      async () => {
+        const s = await apps.readNamespacedStatefulSet({ name: "ss", namespace: NS });
+        return s.status?.readyReplicas === 2 ? true : undefined;
+      },
+      { timeoutMs: 90_000 },
+    );
+    const claim = await core.readNamespacedPersistentVolumeClaim({ name: "data-ss-0", namespace: NS });
+    t.equal(claim.status?.phase, "Bound", "the claim was provisioned and bound");
+    const pv = await core.readPersistentVolume({ name: claim.spec?.volumeName ?? "" });
+    const path = pv.spec?.hostPath?.path ?? "";
+    t.equal(readFileSync(`${path}/name`, "utf8").trim(), "ss-0", "the pod wrote into its persistent volume");
+    const peer = await runToCompletion(
+      "dns-check",
+      "busybox",
+      "getent hosts ss-1.ss.default.svc.cluster.local && getent hosts ss-0.ss",
+    );
+    t.equal(peer.status?.phase, "Succeeded", "StatefulSet pods resolve by their stable DNS names");
+  },
+);
 
 t.test("bad input shows the status a real kubelet shows and disturbs nothing else", async (t) => {
   const etcdBefore = await readPod(core, NS, "trio-0");
   await core.createNamespacedPod({
     namespace: NS,
-    body: { metadata: { name: "bad-image", namespace: NS }, spec: { containers: [{ name: "main", image: "example.com/nope/unknown:1.0" }] } },
+    body: {
+      metadata: { name: "bad-image", namespace: NS },
+      spec: { containers: [{ name: "main", image: "example.com/nope/unknown:1.0" }] },
+    },
   });
   const pulled = await waitForPod(core, NS, "bad-image", "ErrImagePull or ImagePullBackOff", (p) =>
-    ["ErrImagePull", "ImagePullBackOff"].includes(p.status?.containerStatuses?.[0]?.state?.waiting?.reason ?? ""),
+    ["ErrImagePull", "ImagePullBackOff"].includes(
+      p.status?.containerStatuses?.[0]?.state?.waiting?.reason ?? "",
+    ),
   );
   t.equal(pulled.status?.phase, "Pending");
   t.match(pulled.status?.containerStatuses?.[0]?.state?.waiting?.message ?? "", /unknown:1\.0.*not found/);
@@ -276,7 +361,9 @@ t.test("bad input shows the status a real kubelet shows and disturbs nothing els
     namespace: NS,
     body: {
       metadata: { name: "exits", namespace: NS },
-      spec: { containers: [{ name: "main", image: "busybox", command: ["/bin/sh", "-c", "echo bye; exit 3"] }] },
+      spec: {
+        containers: [{ name: "main", image: "busybox", command: ["/bin/sh", "-c", "echo bye; exit 3"] }],
+      },
     },
   });
   const crashed = await waitForPod(core, NS, "exits", "in CrashLoopBackOff", (p) => {
@@ -305,23 +392,49 @@ t.test("bad input shows the status a real kubelet shows and disturbs nothing els
       },
     },
   });
-  const restarted = await waitForPod(core, NS, "never-ready", "restarted by its liveness probe", (p) => (p.status?.containerStatuses?.[0]?.restartCount ?? 0) >= 1, 60_000);
+  const restarted = await waitForPod(
+    core,
+    NS,
+    "never-ready",
+    "restarted by its liveness probe",
+    (p) => (p.status?.containerStatuses?.[0]?.restartCount ?? 0) >= 1,
+    60_000,
+  );
   t.notOk(isReady(restarted), "a failing readiness probe keeps the pod not Ready");
   const events = await eventsFor(core, NS, "never-ready");
-  t.ok(events.some((e) => e.reason === "Unhealthy" && /Readiness probe failed/.test(e.message)), "Unhealthy event for readiness");
-  t.ok(events.some((e) => e.reason === "Killing" && /liveness/.test(e.message)), "Killing event for liveness");
+  t.ok(
+    events.some((e) => e.reason === "Unhealthy" && /Readiness probe failed/.test(e.message)),
+    "Unhealthy event for readiness",
+  );
+  t.ok(
+    events.some((e) => e.reason === "Killing" && /liveness/.test(e.message)),
+    "Killing event for liveness",
+  );
 
   await core.createNamespacedPod({
     namespace: NS,
     body: {
       metadata: { name: "no-such-command", namespace: NS },
-      spec: { restartPolicy: "Never", containers: [{ name: "main", image: "busybox", command: ["definitely-not-a-command"] }] },
+      spec: {
+        restartPolicy: "Never",
+        containers: [{ name: "main", image: "busybox", command: ["definitely-not-a-command"] }],
+      },
     },
   });
-  const notFound = await waitForPod(core, NS, "no-such-command", "Failed", (p) => p.status?.phase === "Failed");
+  const notFound = await waitForPod(
+    core,
+    NS,
+    "no-such-command",
+    "Failed",
+    (p) => p.status?.phase === "Failed",
+  );
   t.equal(notFound.status?.containerStatuses?.[0]?.state?.terminated?.reason, "StartError");
 
   const etcdAfter = await readPod(core, NS, "trio-0");
-  t.equal(etcdAfter?.status?.containerStatuses?.[0]?.restartCount, etcdBefore?.status?.containerStatuses?.[0]?.restartCount, "other pods kept running");
+  t.equal(
+    etcdAfter?.status?.containerStatuses?.[0]?.restartCount,
+    etcdBefore?.status?.containerStatuses?.[0]?.restartCount,
+    "other pods kept running",
+  );
   t.ok(etcdAfter && isReady(etcdAfter), "and stay Ready");
 });

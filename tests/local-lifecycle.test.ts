@@ -6,15 +6,17 @@ import { existsSync, readdirSync, readFileSync } from "node:fs";
 import t from "tap";
 import { startLocalCluster } from "../infra/local/control-plane.ts";
 import { readPidFile } from "../infra/local/daemons.ts";
+import { clientsFor, isReady, waitForPod } from "../infra/local/kube-wait.ts";
 import { instanceLayout } from "../infra/local/layout.ts";
 import { redisPing } from "../infra/local/redis.ts";
-import { clientsFor, isReady, waitForPod } from "../infra/local/kube-wait.ts";
 
 const NAME = "e2e-lifecycle";
 const layout = instanceLayout(NAME);
 
 function netnsOfInstance(): string[] {
-  return existsSync("/run/netns") ? readdirSync("/run/netns").filter((n) => n.startsWith(layout.network.netnsPrefix)) : [];
+  return existsSync("/run/netns")
+    ? readdirSync("/run/netns").filter((n) => n.startsWith(layout.network.netnsPrefix))
+    : [];
 }
 
 /** Every live process whose command line or cwd mentions this instance's folder. */
@@ -53,7 +55,10 @@ async function startWithAPod() {
     namespace: "default",
     body: {
       metadata: { name: "held", namespace: "default" },
-      spec: { terminationGracePeriodSeconds: 2, containers: [{ name: "main", image: "busybox", command: ["sleep", "3600"] }] },
+      spec: {
+        terminationGracePeriodSeconds: 2,
+        containers: [{ name: "main", image: "busybox", command: ["sleep", "3600"] }],
+      },
     },
   });
   await waitForPod(core, "default", "held", "Ready", isReady);

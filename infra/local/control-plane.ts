@@ -2,11 +2,16 @@
 // certificate, service-account keys, RBAC on) and kube-controller-manager, started the way
 // controller-runtime's envtest starts them, plus Redis and the process kubelet. Used by tests
 // (`await startLocalCluster()`), by the demo, and by `infra/local/cli.ts up|down|status`.
-import { mkdirSync, rmSync, writeFileSync, readFileSync, existsSync, readdirSync } from "node:fs";
+import { existsSync, mkdirSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { request } from "node:https";
 import { join } from "node:path";
 import { stringify } from "yaml";
-import { createCertificateAuthority, createKeyPair, issueCertificate, type KeyAndCert } from "../../shared/pki.ts";
+import {
+  createCertificateAuthority,
+  createKeyPair,
+  issueCertificate,
+  type KeyAndCert,
+} from "../../shared/pki.ts";
 import { type Assets, ensureAssets } from "./assets.ts";
 import {
   freePort,
@@ -17,9 +22,9 @@ import {
   stopDaemon,
   waitUntil,
 } from "./daemons.ts";
+import { deleteBridge, deletePodNetwork, ensureBridge, listNetns } from "./kubelet/sandbox.ts";
 import { DEFAULT_INSTANCE, type InstanceLayout, instanceLayout } from "./layout.ts";
 import { startRedis } from "./redis.ts";
-import { deleteBridge, deletePodNetwork, ensureBridge, listNetns } from "./kubelet/sandbox.ts";
 
 export const NODE_NAME = "local-node";
 /** Service IPs are allocated by the apiserver but never routed (no kube-proxy): names resolve to pod IPs. */
@@ -75,7 +80,13 @@ async function createPki(layout: InstanceLayout): Promise<Pki> {
   const apiserver = await issueCertificate(ca, {
     commonName: "kube-apiserver",
     usage: ["server"],
-    dnsNames: ["localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc", "kubernetes.default.svc.cluster.local"],
+    dnsNames: [
+      "localhost",
+      "kubernetes",
+      "kubernetes.default",
+      "kubernetes.default.svc",
+      "kubernetes.default.svc.cluster.local",
+    ],
     ipAddresses: ["127.0.0.1", "10.96.0.1", layout.network.gateway],
   });
   const admin = await issueCertificate(ca, {
@@ -111,7 +122,10 @@ function kubeconfigYaml(server: string, pki: Pki, name: string): string {
     kind: "Config",
     clusters: [{ name: context, cluster: { server, "certificate-authority-data": b64(pki.ca.cert) } }],
     users: [
-      { name: "local-admin", user: { "client-certificate-data": b64(pki.admin.cert), "client-key-data": b64(pki.admin.key) } },
+      {
+        name: "local-admin",
+        user: { "client-certificate-data": b64(pki.admin.cert), "client-key-data": b64(pki.admin.key) },
+      },
     ],
     contexts: [{ name: context, context: { cluster: context, user: "local-admin", namespace: "default" } }],
     "current-context": context,
@@ -126,7 +140,11 @@ interface TlsClient {
 }
 
 /** GET over HTTPS; resolves with the status code and body (never rejects on HTTP errors). */
-export function httpsGet(url: string, tls: TlsClient, timeoutMs = 2_000): Promise<{ status: number; body: string }> {
+export function httpsGet(
+  url: string,
+  tls: TlsClient,
+  timeoutMs = 2_000,
+): Promise<{ status: number; body: string }> {
   return new Promise((resolve, reject) => {
     const req = request(
       url,
@@ -210,7 +228,10 @@ export function listInstances(): string[] {
   }
 }
 
-async function startStorageEtcd(layout: InstanceLayout, assets: Assets): Promise<{ url: string; record: PidRecord }> {
+async function startStorageEtcd(
+  layout: InstanceLayout,
+  assets: Assets,
+): Promise<{ url: string; record: PidRecord }> {
   const build = assets.etcd.find((e) => e.minor === "3.6") ?? assets.etcd[assets.etcd.length - 1];
   if (!build) throw new Error("no etcd build available for the control plane's storage");
   const clientPort = await freePort();
@@ -293,11 +314,7 @@ async function startApiserver(
   return { url, record };
 }
 
-async function startControllerManager(
-  layout: InstanceLayout,
-  assets: Assets,
-  pki: Pki,
-): Promise<PidRecord> {
+async function startControllerManager(layout: InstanceLayout, assets: Assets, pki: Pki): Promise<PidRecord> {
   const port = await freePort();
   const log = logFile(layout, "kube-controller-manager");
   const certDir = join(layout.dir, "kcm");
@@ -328,17 +345,25 @@ async function startControllerManager(
     logFile: log,
     pidFile: pidFile(layout, "kube-controller-manager"),
   });
-  await waitUntil(async () => (await httpsGet(`https://127.0.0.1:${port}/healthz`, { insecure: true })).status === 200, {
-    what: "kube-controller-manager",
-    timeoutMs: 60_000,
-    intervalMs: 250,
-    alive: () => isOurProcess(record),
-    logFile: log,
-  });
+  await waitUntil(
+    async () => (await httpsGet(`https://127.0.0.1:${port}/healthz`, { insecure: true })).status === 200,
+    {
+      what: "kube-controller-manager",
+      timeoutMs: 60_000,
+      intervalMs: 250,
+      alive: () => isOurProcess(record),
+      logFile: log,
+    },
+  );
   return record;
 }
 
-async function startKubelet(layout: InstanceLayout, assets: Assets, pki: Pki, apiserverUrl: string): Promise<PidRecord> {
+async function startKubelet(
+  layout: InstanceLayout,
+  assets: Assets,
+  pki: Pki,
+  apiserverUrl: string,
+): Promise<PidRecord> {
   mkdirSync(layout.kubeletDir, { recursive: true });
   const configPath = join(layout.kubeletDir, "config.json");
   const config = {
@@ -368,9 +393,31 @@ async function startKubelet(layout: InstanceLayout, assets: Assets, pki: Pki, ap
       const node = JSON.parse(res.body) as { status?: { conditions?: { type: string; status: string }[] } };
       return node.status?.conditions?.some((c) => c.type === "Ready" && c.status === "True") ?? false;
     },
-    { what: "process kubelet (node Ready)", timeoutMs: 30_000, intervalMs: 200, alive: () => isOurProcess(record), logFile: log },
+    {
+      what: "process kubelet (node Ready)",
+      timeoutMs: 30_000,
+      intervalMs: 200,
+      alive: () => isOurProcess(record),
+      logFile: log,
+    },
   );
   return record;
+}
+
+/**
+ * Pods can only be created once kube-controller-manager has made the namespace's "default"
+ * ServiceAccount (the ServiceAccount admission plugin requires it) and published the
+ * kube-root-ca.crt ConfigMap that every pod's projected token volume reads.
+ */
+async function waitForNamespaceDefaults(apiserverUrl: string, pki: Pki): Promise<void> {
+  const tls = { ca: pki.ca.cert, cert: pki.admin.cert, key: pki.admin.key };
+  for (const path of ["serviceaccounts/default", "configmaps/kube-root-ca.crt"]) {
+    await waitUntil(async () => (await httpsGet(`${apiserverUrl}/api/v1/namespaces/default/${path}`, tls)).status === 200, {
+      what: `namespace default: ${path}`,
+      timeoutMs: 60_000,
+      intervalMs: 200,
+    });
+  }
 }
 
 function timed<T>(log: (line: string) => void, what: string, work: () => Promise<T>): Promise<T> {
@@ -406,10 +453,20 @@ export async function startLocalCluster(options: LocalClusterOptions = {}): Prom
     const apiserver = await timed(log, "kube-apiserver", () => startApiserver(layout, assets, pki, etcd.url));
     writeFileSync(layout.kubeconfigPath, kubeconfigYaml(apiserver.url, pki, name), { mode: 0o600 });
     await timed(log, "kube-controller-manager", () => startControllerManager(layout, assets, pki));
+    await timed(log, "default service account and root CA bundle", () => waitForNamespaceDefaults(apiserver.url, pki));
     let redisUrl: string | undefined;
     if (options.redis ?? true) {
-      redisUrl = await timed(log, "redis", async () =>
-        (await startRedis({ dir: join(layout.dir, "redis"), logFile: logFile(layout, "redis"), pidFile: pidFile(layout, "redis") })).url,
+      redisUrl = await timed(
+        log,
+        "redis",
+        async () =>
+          (
+            await startRedis({
+              dir: join(layout.dir, "redis"),
+              logFile: logFile(layout, "redis"),
+              pidFile: pidFile(layout, "redis"),
+            })
+          ).url,
       );
     }
     if (options.kubelet ?? true) {

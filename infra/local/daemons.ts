@@ -4,7 +4,7 @@
 // started it is gone. Before signalling a pid from a file we check /proc/<pid>/cmdline, so a
 // recycled pid of an unrelated process is never killed.
 import { spawn } from "node:child_process";
-import { openSync, closeSync, readFileSync, writeFileSync, rmSync, existsSync } from "node:fs";
+import { closeSync, existsSync, openSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { createServer } from "node:net";
 import { setTimeout as sleep } from "node:timers/promises";
 
@@ -152,11 +152,15 @@ export async function waitUntil(check: () => Promise<boolean>, options: WaitOpti
       lastError = error;
     }
     if (options.alive && !options.alive()) {
-      const log = options.logFile ? `\n--- last lines of ${options.logFile} ---\n${tailFile(options.logFile)}` : "";
+      const log = options.logFile
+        ? `\n--- last lines of ${options.logFile} ---\n${tailFile(options.logFile)}`
+        : "";
       throw new Error(`${options.what}: the process exited before it became ready${log}`);
     }
     await sleep(options.intervalMs ?? 100);
   }
-  const log = options.logFile ? `\n--- last lines of ${options.logFile} ---\n${tailFile(options.logFile)}` : "";
+  const log = options.logFile
+    ? `\n--- last lines of ${options.logFile} ---\n${tailFile(options.logFile)}`
+    : "";
   throw new Error(`${options.what}: not ready after ${options.timeoutMs} ms${log}`, { cause: lastError });
 }

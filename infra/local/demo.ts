@@ -2,9 +2,10 @@
 // kube-apiserver, kube-controller-manager, Redis and the process kubelet, runs an example etcd
 // pod, prints how to look at it, and stops everything on Ctrl-C.
 // (The operator itself joins this demo as it lands; see README.)
+
+import { ensureAssets, newestEtcd } from "./assets.ts";
 import { startLocalCluster } from "./control-plane.ts";
 import { clientsFor, isReady, waitForPod } from "./kube-wait.ts";
-import { newestEtcd, ensureAssets } from "./assets.ts";
 
 const log = (line: string) => process.stderr.write(`[demo] ${line}\n`);
 const assets = await ensureAssets({ log });
@@ -30,7 +31,12 @@ await core.createNamespacedPod({
         {
           name: "etcd",
           image: `quay.io/coreos/etcd:v${etcd.version}`,
-          command: ["/usr/local/bin/etcd", "--listen-client-urls=http://0.0.0.0:2379", "--advertise-client-urls=http://demo-etcd:2379", "--data-dir=/var/etcd/data"],
+          command: [
+            "/usr/local/bin/etcd",
+            "--listen-client-urls=http://0.0.0.0:2379",
+            "--advertise-client-urls=http://demo-etcd:2379",
+            "--data-dir=/var/etcd/data",
+          ],
           readinessProbe: { httpGet: { path: "/health", port: 2379 }, periodSeconds: 2 },
           volumeMounts: [{ name: "data", mountPath: "/var/etcd" }],
         },

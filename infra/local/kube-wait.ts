@@ -1,7 +1,8 @@
 // Helpers for the end-to-end tests and the demo: API clients for a local cluster and polling waits that
 // fail with what was last seen (never a bare timeout).
-import { AppsV1Api, CoreV1Api, KubeConfig, type V1Pod } from "@kubernetes/client-node";
+
 import { setTimeout as sleep } from "node:timers/promises";
+import { AppsV1Api, CoreV1Api, KubeConfig, type V1Pod } from "@kubernetes/client-node";
 
 export interface Clients {
   kc: KubeConfig;
@@ -44,7 +45,8 @@ export async function readPod(core: CoreV1Api, namespace: string, name: string):
   try {
     return await core.readNamespacedPod({ name, namespace });
   } catch (error) {
-    if (typeof error === "object" && error !== null && "code" in error && error.code === 404) return undefined;
+    if (typeof error === "object" && error !== null && "code" in error && error.code === 404)
+      return undefined;
     throw error;
   }
 }
@@ -63,18 +65,34 @@ export async function waitForPod(
       const pod = await readPod(core, namespace, name);
       return pod && predicate(pod) ? pod : undefined;
     },
-    { timeoutMs, describe: async () => JSON.stringify((await readPod(core, namespace, name))?.status ?? "gone") },
+    {
+      timeoutMs,
+      describe: async () => JSON.stringify((await readPod(core, namespace, name))?.status ?? "gone"),
+    },
   );
 }
 
-export async function waitForPodGone(core: CoreV1Api, namespace: string, name: string, timeoutMs = 60_000): Promise<void> {
-  await waitFor(`pod ${namespace}/${name} to be gone`, async () => ((await readPod(core, namespace, name)) ? undefined : true), {
-    timeoutMs,
-  });
+export async function waitForPodGone(
+  core: CoreV1Api,
+  namespace: string,
+  name: string,
+  timeoutMs = 60_000,
+): Promise<void> {
+  await waitFor(
+    `pod ${namespace}/${name} to be gone`,
+    async () => ((await readPod(core, namespace, name)) ? undefined : true),
+    {
+      timeoutMs,
+    },
+  );
 }
 
 /** Events recorded for an object, oldest first. */
-export async function eventsFor(core: CoreV1Api, namespace: string, name: string): Promise<{ reason: string; message: string; type: string }[]> {
+export async function eventsFor(
+  core: CoreV1Api,
+  namespace: string,
+  name: string,
+): Promise<{ reason: string; message: string; type: string }[]> {
   const list = await core.listNamespacedEvent({ namespace, fieldSelector: `involvedObject.name=${name}` });
   return list.items.map((e) => ({ reason: e.reason ?? "", message: e.message ?? "", type: e.type ?? "" }));
 }

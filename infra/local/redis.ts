@@ -17,9 +17,12 @@ export function redisServerPath(): string {
   try {
     return execFileSync("sh", ["-c", "command -v redis-server"], { encoding: "utf8" }).trim();
   } catch (error) {
-    throw new Error("redis-server is not installed: run `apt-get install redis-server` (npm test does it for you)", {
-      cause: error,
-    });
+    throw new Error(
+      "redis-server is not installed: run `apt-get install redis-server` (npm test does it for you)",
+      {
+        cause: error,
+      },
+    );
   }
 }
 
@@ -38,7 +41,9 @@ export function redisPing(port: number, host = "127.0.0.1"): Promise<boolean> {
   });
 }
 
-export async function startRedis(options: RedisOptions): Promise<{ url: string; port: number; record: PidRecord }> {
+export async function startRedis(
+  options: RedisOptions,
+): Promise<{ url: string; port: number; record: PidRecord }> {
   const command = redisServerPath();
   const port = options.port ?? (await freePort());
   mkdirSync(options.dir, { recursive: true });

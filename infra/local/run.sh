@@ -22,7 +22,19 @@ case "$cmd" in
     step "lint (biome)"
     npx biome check .
     step "tests (tap)"
-    exec npx tap "$@"
+    out="$(mktemp)"
+    set +e
+    npx tap "$@" 2>&1 | tee "$out"
+    rc=${PIPESTATUS[0]}
+    set -e
+    # tap ends with "# { total: N, pass: P, fail: F }"; repeat it as the plain closing line CI reads.
+    summary="$(grep -E '^# \{ total: ' "$out" | tail -n 1)"
+    rm -f "$out"
+    pass="$(grep -oE 'pass: [0-9]+' <<<"$summary" | grep -oE '[0-9]+' || echo 0)"
+    fail="$(grep -oE 'fail: [0-9]+' <<<"$summary" | grep -oE '[0-9]+' || echo 0)"
+    if [ "$rc" != 0 ] && [ "$fail" = 0 ]; then fail=1; fi
+    echo "${pass} passed, ${fail} failed"
+    exit "$rc"
     ;;
   demo)
     node infra/local/assets.ts >/dev/null

@@ -17,7 +17,8 @@ import {
 import type { VolumeSource } from "./volumes.ts";
 
 export function httpStatus(error: unknown): number | undefined {
-  if (typeof error === "object" && error !== null && "code" in error && typeof error.code === "number") return error.code;
+  if (typeof error === "object" && error !== null && "code" in error && typeof error.code === "number")
+    return error.code;
   return undefined;
 }
 
@@ -58,14 +59,17 @@ export class KubeletApi implements VolumeSource {
     const cm = await orUndefinedOn404(this.core.readNamespacedConfigMap({ name, namespace }));
     if (!cm) return undefined;
     const data: Record<string, string> = { ...(cm.data ?? {}) };
-    for (const [k, v] of Object.entries(cm.binaryData ?? {})) data[k] = Buffer.from(v, "base64").toString("utf8");
+    for (const [k, v] of Object.entries(cm.binaryData ?? {}))
+      data[k] = Buffer.from(v, "base64").toString("utf8");
     return data;
   }
 
   async claimPath(namespace: string, claim: string): Promise<string | undefined> {
-    const pvc = await orUndefinedOn404(this.core.readNamespacedPersistentVolumeClaim({ name: claim, namespace }));
+    const pvc = await orUndefinedOn404(
+      this.core.readNamespacedPersistentVolumeClaim({ name: claim, namespace }),
+    );
     const volumeName = pvc?.spec?.volumeName;
-    if (!pvc || pvc.status?.phase !== "Bound" || !volumeName) return undefined;
+    if (pvc?.status?.phase !== "Bound" || !volumeName) return undefined;
     const pv = await orUndefinedOn404(this.core.readPersistentVolume({ name: volumeName }));
     return pv?.spec?.hostPath?.path ?? pv?.spec?.local?.path;
   }
@@ -206,13 +210,18 @@ export class KubeletApi implements VolumeSource {
   /** Renews the node's Lease: the node lifecycle controller marks the node NotReady without it. */
   async renewLease(durationSeconds: number): Promise<void> {
     const namespace = "kube-node-lease";
-    const now = new Date();
-    const spec = { holderIdentity: this.nodeName, leaseDurationSeconds: durationSeconds, renewTime: now };
+    // Lease times are MicroTime: RFC 3339 with exactly six fractional digits (a Date would send three).
+    const renewTime = new Date().toISOString().replace(/Z$/, "000Z");
+    const spec = { holderIdentity: this.nodeName, leaseDurationSeconds: durationSeconds, renewTime };
     try {
       await this.coordination.patchNamespacedLease({ name: this.nodeName, namespace, body: { spec } }, MERGE_PATCH);
     } catch (error) {
       if (httpStatus(error) !== 404) throw error;
-      await this.coordination.createNamespacedLease({ namespace, body: { metadata: { name: this.nodeName }, spec } });
+      await this.coordination.createNamespacedLease({
+        namespace,
+        body: { metadata: { name: this.nodeName }, spec: { holderIdentity: this.nodeName, leaseDurationSeconds: durationSeconds } },
+      });
+      await this.coordination.patchNamespacedLease({ name: this.nodeName, namespace, body: { spec } }, MERGE_PATCH);
     }
   }
 }

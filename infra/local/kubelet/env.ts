@@ -2,7 +2,12 @@
 // value able to reference the ones before it with $(VAR) ($$(VAR) escapes); values from the
 // downward API (fieldRef, resourceFieldRef), Secrets and ConfigMaps. Command and args expand
 // $(VAR) against the final environment. Nothing here goes through a shell.
-import type { V1Container, V1ObjectFieldSelector, V1Pod, V1ResourceFieldSelector } from "@kubernetes/client-node";
+import type {
+  V1Container,
+  V1ObjectFieldSelector,
+  V1Pod,
+  V1ResourceFieldSelector,
+} from "@kubernetes/client-node";
 
 /** Reads referenced objects; returns undefined when the object does not exist. */
 export interface ObjectSource {
@@ -56,7 +61,12 @@ function formatMap(map: Record<string, string> | undefined): string {
 }
 
 /** The value of a downward-API fieldRef, for env vars and downwardAPI volume files. */
-export function fieldRefValue(pod: V1Pod, selector: V1ObjectFieldSelector, podIp: string, hostIp: string): string {
+export function fieldRefValue(
+  pod: V1Pod,
+  selector: V1ObjectFieldSelector,
+  podIp: string,
+  hostIp: string,
+): string {
   const path = selector.fieldPath;
   const meta = pod.metadata ?? {};
   switch (path) {
@@ -82,7 +92,8 @@ export function fieldRefValue(pod: V1Pod, selector: V1ObjectFieldSelector, podIp
       return podIp;
   }
   if (path.startsWith("metadata.labels[")) return labelOrAnnotation(meta.labels, path, "metadata\\.labels");
-  if (path.startsWith("metadata.annotations[")) return labelOrAnnotation(meta.annotations, path, "metadata\\.annotations");
+  if (path.startsWith("metadata.annotations["))
+    return labelOrAnnotation(meta.annotations, path, "metadata\\.annotations");
   throw new MissingReferenceError(`unsupported fieldRef path "${path}"`);
 }
 
@@ -106,10 +117,15 @@ function quantityToNumber(quantity: string): number {
 }
 
 /** resourceFieldRef, rounded up to the divisor as Kubernetes does; node capacity when unset. */
-export function resourceFieldValue(container: V1Container | undefined, selector: V1ResourceFieldSelector): string {
+export function resourceFieldValue(
+  container: V1Container | undefined,
+  selector: V1ResourceFieldSelector,
+): string {
   const [kind, resource] = selector.resource.split(".");
   const fromSpec =
-    kind === "limits" ? container?.resources?.limits?.[resource ?? ""] : container?.resources?.requests?.[resource ?? ""];
+    kind === "limits"
+      ? container?.resources?.limits?.[resource ?? ""]
+      : container?.resources?.requests?.[resource ?? ""];
   const fallback = resource === "cpu" ? "2" : String(24 * 1024 ** 3);
   const value = quantityToNumber(String(fromSpec ?? fallback));
   const divisor = quantityToNumber(String(selector.divisor ?? "1")) || 1;
@@ -136,7 +152,8 @@ export async function containerEnv(
     }
     if (from.secretRef) {
       const data = await source.secretData(namespace, from.secretRef.name ?? "");
-      if (!data && !from.secretRef.optional) throw new MissingReferenceError(`secret "${from.secretRef.name}" not found`);
+      if (!data && !from.secretRef.optional)
+        throw new MissingReferenceError(`secret "${from.secretRef.name}" not found`);
       for (const [k, v] of Object.entries(data ?? {})) env[prefix + k] = v.toString("utf8");
     }
   }
@@ -163,7 +180,9 @@ export async function containerEnv(
       if (value === undefined) {
         if (ref.optional) continue;
         throw new MissingReferenceError(
-          data ? `couldn't find key ${ref.key} in Secret ${namespace}/${ref.name}` : `secret "${ref.name}" not found`,
+          data
+            ? `couldn't find key ${ref.key} in Secret ${namespace}/${ref.name}`
+            : `secret "${ref.name}" not found`,
         );
       }
       env[variable.name] = value.toString("utf8");
@@ -174,7 +193,9 @@ export async function containerEnv(
       if (value === undefined) {
         if (ref.optional) continue;
         throw new MissingReferenceError(
-          data ? `couldn't find key ${ref.key} in ConfigMap ${namespace}/${ref.name}` : `configmap "${ref.name}" not found`,
+          data
+            ? `couldn't find key ${ref.key} in ConfigMap ${namespace}/${ref.name}`
+            : `configmap "${ref.name}" not found`,
         );
       }
       env[variable.name] = value;
@@ -184,7 +205,11 @@ export async function containerEnv(
 }
 
 /** The argv a container runs: image entrypoint unless `command` is set; $(VAR) expanded. */
-export function containerArgv(container: V1Container, entrypoint: string[], env: Record<string, string>): string[] {
+export function containerArgv(
+  container: V1Container,
+  entrypoint: string[],
+  env: Record<string, string>,
+): string[] {
   const command = container.command?.length ? container.command : entrypoint;
   // Like Docker: args replace the image's CMD; with no command and no args the entrypoint runs alone.
   const args = container.args ?? [];

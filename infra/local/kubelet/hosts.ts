@@ -32,7 +32,10 @@ interface Entry {
 }
 
 /** Records visible from any namespace (fully qualified) and those only from the same namespace. */
-export function clusterRecords(pods: V1Pod[], services: V1Service[]): { namespace: string; global: Entry; local: Entry }[] {
+export function clusterRecords(
+  pods: V1Pod[],
+  services: V1Service[],
+): { namespace: string; global: Entry; local: Entry }[] {
   const records: { namespace: string; global: Entry; local: Entry }[] = [];
   for (const service of services) {
     const ns = service.metadata?.namespace ?? "default";

@@ -5,11 +5,11 @@
 import { join } from "node:path";
 import {
   CoreV1Api,
-  type KubeConfig,
-  makeInformer,
   type Informer,
-  type ObjectCache,
+  type KubeConfig,
   type KubernetesObject,
+  makeInformer,
+  type ObjectCache,
   type V1PersistentVolumeClaim,
   type V1Pod,
   type V1Service,
@@ -113,7 +113,9 @@ export class Kubelet {
     this.claims.on("add", (claim) => this.onClaim(claim));
     this.claims.on("update", (claim) => this.onClaim(claim));
     for (const informer of [this.pods, this.services, this.claims] as Cache<KubernetesObject>[]) {
-      informer.on("error", (error: unknown) => this.log.warn({ err: error }, "watch failed; the informer reconnects"));
+      informer.on("error", (error: unknown) =>
+        this.log.warn({ err: error }, "watch failed; the informer reconnects"),
+      );
     }
     await Promise.all([this.pods.start(), this.services.start(), this.claims.start()]);
 
@@ -151,7 +153,8 @@ export class Kubelet {
       worker.update(pod);
     } else if (pod.status?.phase === "Succeeded" || pod.status?.phase === "Failed") {
       // Finished before this kubelet started: nothing runs; only a deletion needs finishing.
-      if (pod.metadata?.deletionTimestamp) void this.api.deletePod(pod).catch((error: unknown) => this.warn(pod, error));
+      if (pod.metadata?.deletionTimestamp)
+        void this.api.deletePod(pod).catch((error: unknown) => this.warn(pod, error));
     } else {
       const created = new PodWorker(pod, this.workerDeps());
       this.workers.set(uid, created);
@@ -167,7 +170,14 @@ export class Kubelet {
     this.binding.add(uid);
     this.api
       .bind(pod)
-      .then(() => this.event(pod, "Normal", "Scheduled", `Successfully assigned ${pod.metadata?.namespace}/${pod.metadata?.name} to ${this.config.nodeName}`))
+      .then(() =>
+        this.event(
+          pod,
+          "Normal",
+          "Scheduled",
+          `Successfully assigned ${pod.metadata?.namespace}/${pod.metadata?.name} to ${this.config.nodeName}`,
+        ),
+      )
       .catch((error: unknown) => this.warn(pod, error))
       .finally(() => this.binding.delete(uid));
   }
@@ -188,7 +198,9 @@ export class Kubelet {
     this.provisioning.add(uid);
     this.api
       .provisionVolume(claim)
-      .catch((error: unknown) => this.log.warn({ err: error, claim: claim.metadata?.name }, "volume provisioning failed"))
+      .catch((error: unknown) =>
+        this.log.warn({ err: error, claim: claim.metadata?.name }, "volume provisioning failed"),
+      )
       .finally(() => this.provisioning.delete(uid));
   }
 
@@ -204,7 +216,8 @@ export class Kubelet {
       hostsFor: (pod: V1Pod) => hostsFileFor(pod, this.records()),
       patchStatus: (pod: V1Pod, status: NonNullable<V1Pod["status"]>) => this.api.patchPodStatus(pod, status),
       deletePod: (pod: V1Pod) => this.api.deletePod(pod),
-      event: (pod: V1Pod, type: "Normal" | "Warning", reason: string, message: string) => this.event(pod, type, reason, message),
+      event: (pod: V1Pod, type: "Normal" | "Warning", reason: string, message: string) =>
+        this.event(pod, type, reason, message),
       changed: () => this.scheduleHostsRefresh(),
       log: this.log,
     };
@@ -230,11 +243,16 @@ export class Kubelet {
   }
 
   private event(pod: V1Pod, type: "Normal" | "Warning", reason: string, message: string): void {
-    this.api.event(pod, type, reason, message).catch((error: unknown) => this.log.debug({ err: error }, "event not recorded"));
+    this.api
+      .event(pod, type, reason, message)
+      .catch((error: unknown) => this.log.debug({ err: error }, "event not recorded"));
   }
 
   private warn(pod: V1Pod, error: unknown): void {
-    this.log.warn({ err: error, pod: `${pod.metadata?.namespace}/${pod.metadata?.name}` }, "pod operation failed");
+    this.log.warn(
+      { err: error, pod: `${pod.metadata?.namespace}/${pod.metadata?.name}` },
+      "pod operation failed",
+    );
   }
 
   /** Stops every pod's processes (within `graceMs`) and removes their namespaces; pod objects stay. */

@@ -27,7 +27,12 @@ export function nodeConditions(now: Date, ready: boolean): V1NodeCondition[] {
   ];
 }
 
-export function nodeObject(name: string, address: string, kubernetesVersion: string, podCidr: string): V1Node {
+export function nodeObject(
+  name: string,
+  address: string,
+  kubernetesVersion: string,
+  podCidr: string,
+): V1Node {
   const capacity = {
     cpu: String(cpus().length),
     memory: `${Math.floor(totalmem() / 1024)}Ki`,

@@ -10,6 +10,7 @@ import { accessSync, constants, mkdirSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import type { V1Container, V1Pod, V1PodCondition, V1PodStatus, V1Probe } from "@kubernetes/client-node";
 import type { Logger } from "../../../shared/log.ts";
+import type { NetworkLayout } from "../layout.ts";
 import {
   type ContainerState,
   exitReason,
@@ -22,10 +23,21 @@ import {
 import { containerArgv, containerEnv, DEFAULT_PATH, MissingReferenceError } from "./env.ts";
 import { CLUSTER_DOMAIN } from "./hosts.ts";
 import { type EtcdBinaries, ImagePullError, type ResolvedImage, resolveImage } from "./images.ts";
-import type { NetworkLayout } from "../layout.ts";
 import { runProbe } from "./probes.ts";
-import { createPodNetwork, deletePodNetwork, execInContainer, signalContainer, spawnContainer } from "./sandbox.ts";
-import { containerMounts, type PreparedVolume, prepareVolumes, removePodDir, type VolumeSource } from "./volumes.ts";
+import {
+  createPodNetwork,
+  deletePodNetwork,
+  execInContainer,
+  signalContainer,
+  spawnContainer,
+} from "./sandbox.ts";
+import {
+  containerMounts,
+  type PreparedVolume,
+  prepareVolumes,
+  removePodDir,
+  type VolumeSource,
+} from "./volumes.ts";
 
 export interface PodWorkerDeps {
   nodeName: string;
@@ -59,7 +71,12 @@ function podKey(pod: V1Pod): string {
 }
 
 function condition(type: string, ok: boolean, reason?: string): V1PodCondition {
-  return { type, status: ok ? "True" : "False", reason: ok ? undefined : reason, lastTransitionTime: undefined };
+  return {
+    type,
+    status: ok ? "True" : "False",
+    reason: ok ? undefined : reason,
+    lastTransitionTime: undefined,
+  };
 }
 
 /** Finds an executable as execvp would, looking inside the image's directories first. */
@@ -96,6 +113,7 @@ export class PodWorker {
   private running: Promise<void> | undefined;
   private again = false;
   private terminating = false;
+  private terminal = false;
   private done = false;
   private lastEvent = new Map<string, number>();
   private sandboxError: string | undefined;
@@ -106,8 +124,10 @@ export class PodWorker {
     this.deps = deps;
     this.log = deps.log.child({ pod: podKey(pod) });
     this.dir = join(deps.podsDir, `${pod.metadata?.namespace}_${pod.metadata?.name}_${this.uid}`);
-    for (const c of pod.spec?.initContainers ?? []) this.containers.set(`init:${c.name}`, newContainerState(c.name, c.image ?? "", true));
-    for (const c of pod.spec?.containers ?? []) this.containers.set(c.name, newContainerState(c.name, c.image ?? "", false));
+    for (const c of pod.spec?.initContainers ?? [])
+      this.containers.set(`init:${c.name}`, newContainerState(c.name, c.image ?? "", true));
+    for (const c of pod.spec?.containers ?? [])
+      this.containers.set(c.name, newContainerState(c.name, c.image ?? "", false));
   }
 
   get podIp(): string | undefined {
@@ -166,6 +186,8 @@ export class PodWorker {
       await this.terminateAndDelete();
       return;
     }
+    // A pod that reached Succeeded or Failed never runs again; it only waits for its deletion.
+    if (this.terminal) return;
     if (!this.startTime) this.startTime = new Date();
     if (!(await this.ensureSandbox()) || !(await this.ensureVolumes())) {
       await this.publishStatus();
@@ -175,7 +197,11 @@ export class PodWorker {
     if (initialized) await this.runAppContainers();
     await this.runProbes();
     const status = this.computeStatus();
-    if (status.phase === "Succeeded" || status.phase === "Failed") await this.teardown();
+    if (status.phase === "Succeeded" || status.phase === "Failed") {
+      this.terminal = true;
+      await this.teardown();
+      this.event("Normal", "Completed", `Pod finished with phase ${status.phase}`);
+    }
     await this.publishStatus(status);
   }
 
@@ -303,18 +329,26 @@ export class PodWorker {
       image = resolveImage(spec.image ?? "", this.deps.etcd);
     } catch (error) {
       if (!(error instanceof ImagePullError)) throw error;
-      const firstFailure = state.waiting?.reason !== "ErrImagePull" && state.waiting?.reason !== "ImagePullBackOff";
+      const firstFailure =
+        state.waiting?.reason !== "ErrImagePull" && state.waiting?.reason !== "ImagePullBackOff";
       const reason = firstFailure ? "ErrImagePull" : "ImagePullBackOff";
       this.failStart(state, reason, error.message);
       if (!firstFailure) this.event("Normal", "BackOff", `Back-off pulling image "${spec.image}"`, 30_000);
       return;
     }
-    const hostname = this.pod.spec?.hostname ?? this.pod.metadata?.name ?? "pod";
+    // Like the kubelet: the hostname is the pod's hostname or name, cut to 63 characters.
+    const hostname = (this.pod.spec?.hostname ?? this.pod.metadata?.name ?? "pod")
+      .slice(0, 63)
+      .replace(/[.-]+$/, "");
     let env: Record<string, string>;
     let argv: string[];
     let mounts: { source: string; target: string; readOnly: boolean }[];
     try {
-      env = await containerEnv(this.pod, spec, this.deps.source, { podIp: sandbox.ip, hostIp: this.deps.network.gateway, hostname });
+      env = await containerEnv(this.pod, spec, this.deps.source, {
+        podIp: sandbox.ip,
+        hostIp: this.deps.network.gateway,
+        hostname,
+      });
       argv = containerArgv(spec, image.entrypoint, env);
       mounts = [
         ...image.mounts,
@@ -330,7 +364,13 @@ export class PodWorker {
     const executable = argv[0];
     if (!executable || !findExecutable(executable, image, env)) {
       const message = `failed to create containerd task: exec: "${executable ?? ""}": executable file not found in $PATH`;
-      this.recordExit(state, { exitCode: 128, reason: "StartError", message, finishedAt: new Date(), startedAt: new Date(0) });
+      this.recordExit(state, {
+        exitCode: 128,
+        reason: "StartError",
+        message,
+        finishedAt: new Date(),
+        startedAt: new Date(0),
+      });
       this.event("Warning", "Failed", `Error: ${message}`, 30_000);
       return;
     }
@@ -340,15 +380,29 @@ export class PodWorker {
     const logDir = join(this.dir, "logs", spec.name);
     mkdirSync(logDir, { recursive: true });
     const containerId = `local://${randomBytes(16).toString("hex")}`;
-    const child = spawnContainer({
-      netns: sandbox.netns,
-      hostname,
-      mounts,
-      workingDir: spec.workingDir,
-      env,
-      command: argv,
-      logFile: join(logDir, `${state.restartCount}.log`),
-    });
+    let child: ChildProcess;
+    try {
+      child = spawnContainer({
+        netns: sandbox.netns,
+        hostname,
+        mounts,
+        workingDir: spec.workingDir,
+        env,
+        command: argv,
+        logFile: join(logDir, `${state.restartCount}.log`),
+      });
+    } catch (error) {
+      // The sandbox refuses what it cannot pass through safely (e.g. env names that are not identifiers).
+      this.failStart(
+        state,
+        "CreateContainerConfigError",
+        error instanceof Error ? error.message : String(error),
+      );
+      return;
+    }
+    child.on("error", (error) =>
+      this.log.warn({ err: error, container: spec.name }, "container process error"),
+    );
     const pid = child.pid;
     if (pid === undefined) {
       this.failStart(state, "RunContainerError", `could not start process for container ${spec.name}`);
@@ -390,23 +444,36 @@ export class PodWorker {
   }
 
   private recordExit(state: ContainerState, terminated: Terminated): void {
-    const ranLong = terminated.startedAt && terminated.finishedAt.getTime() - terminated.startedAt.getTime() > 600_000;
+    const ranLong =
+      terminated.startedAt && terminated.finishedAt.getTime() - terminated.startedAt.getTime() > 600_000;
     state.terminated = terminated;
     state.waiting = undefined;
     const policy = this.pod.spec?.restartPolicy ?? "Always";
-    const willRestart = policy === "Always" || (policy === "OnFailure" && terminated.exitCode !== 0) || (state.init && policy !== "Never");
+    const willRestart =
+      policy === "Always" ||
+      (policy === "OnFailure" && terminated.exitCode !== 0) ||
+      (state.init && policy !== "Never");
     if (willRestart && !this.terminating) {
       state.restartCount += state.init && terminated.exitCode === 0 ? 0 : 1;
       // A container that ran for 10 minutes starts its back-off afresh.
       state.backoffMs = ranLong ? 0 : nextBackoff(state.backoffMs);
       state.notBefore = terminated.exitCode === 0 && state.init ? 0 : Date.now() + state.backoffMs;
       if (terminated.exitCode !== 0) {
-        this.event("Warning", "BackOff", `Back-off restarting failed container ${state.name} in pod ${this.pod.metadata?.name}`, 30_000);
+        this.event(
+          "Warning",
+          "BackOff",
+          `Back-off restarting failed container ${state.name} in pod ${this.pod.metadata?.name}`,
+          30_000,
+        );
       }
     }
   }
 
-  private probeDue(probe: V1Probe | undefined, state: ContainerState, which: "readiness" | "liveness" | "startup"): boolean {
+  private probeDue(
+    probe: V1Probe | undefined,
+    state: ContainerState,
+    which: "readiness" | "liveness" | "startup",
+  ): boolean {
     if (!probe || state.pid === undefined || !state.startedAt) return false;
     const p = state.probes[which];
     const now = Date.now();
@@ -414,15 +481,26 @@ export class PodWorker {
     return now >= p.nextAt;
   }
 
-  private async runProbe(spec: V1Container, state: ContainerState, which: "readiness" | "liveness" | "startup"): Promise<boolean | undefined> {
-    const probe = which === "readiness" ? spec.readinessProbe : which === "liveness" ? spec.livenessProbe : spec.startupProbe;
+  private async runProbe(
+    spec: V1Container,
+    state: ContainerState,
+    which: "readiness" | "liveness" | "startup",
+  ): Promise<boolean | undefined> {
+    const probe =
+      which === "readiness"
+        ? spec.readinessProbe
+        : which === "liveness"
+          ? spec.livenessProbe
+          : spec.startupProbe;
     if (!probe || !this.probeDue(probe, state, which)) return undefined;
     const pid = state.pid;
     const ip = this.sandbox?.ip;
     if (pid === undefined || !ip) return undefined;
     const p = state.probes[which];
     p.nextAt = Date.now() + (probe.periodSeconds ?? 10) * 1000;
-    const result = await runProbe(probe, spec, ip, (command, timeoutMs) => execInContainer(pid, command, timeoutMs));
+    const result = await runProbe(probe, spec, ip, (command, timeoutMs) =>
+      execInContainer(pid, command, timeoutMs),
+    );
     if (result.ok) {
       p.successes++;
       p.failures = 0;
@@ -538,12 +616,17 @@ export class PodWorker {
     if (initFailed) phase = "Failed";
     else if (allTerminated && policy === "Never") phase = anyFailed ? "Failed" : "Succeeded";
     else if (allTerminated && policy === "OnFailure" && !anyFailed) phase = "Succeeded";
-    else if (initialized && (running || app.some((s) => s.terminated || s.waiting?.reason === "CrashLoopBackOff"))) phase = "Running";
+    else if (
+      initialized &&
+      (running || app.some((s) => s.terminated || s.waiting?.reason === "CrashLoopBackOff"))
+    )
+      phase = "Running";
     if (this.done || (phase !== "Succeeded" && phase !== "Failed" && this.terminating && !running)) {
       phase = this.pod.status?.phase ?? phase;
     }
     const containersReady = app.length > 0 && app.every((s) => s.ready);
-    const ip = this.sandbox?.ip ?? (phase === "Succeeded" || phase === "Failed" ? this.pod.status?.podIP : undefined);
+    const ip =
+      this.sandbox?.ip ?? (phase === "Succeeded" || phase === "Failed" ? this.pod.status?.podIP : undefined);
     const hostIp = this.deps.network.gateway;
     const conditions: V1PodCondition[] = [
       condition("PodReadyToStartContainers", this.sandbox !== undefined),
@@ -573,9 +656,13 @@ export class PodWorker {
     const now = new Date();
     for (const c of status.conditions ?? []) {
       const before = previous.find((p) => p.type === c.type);
-      c.lastTransitionTime = before && before.status === c.status && before.lastTransitionTime ? before.lastTransitionTime : now;
+      c.lastTransitionTime =
+        before && before.status === c.status && before.lastTransitionTime ? before.lastTransitionTime : now;
     }
-    const fingerprint = JSON.stringify({ ...status, conditions: status.conditions?.map((c) => [c.type, c.status]) });
+    const fingerprint = JSON.stringify({
+      ...status,
+      conditions: status.conditions?.map((c) => [c.type, c.status]),
+    });
     if (fingerprint === this.lastStatus) return;
     await this.deps.patchStatus(this.pod, status);
     this.lastStatus = fingerprint;
@@ -583,6 +670,14 @@ export class PodWorker {
 }
 
 function signalNumber(signal: NodeJS.Signals): number {
-  const numbers: Partial<Record<NodeJS.Signals, number>> = { SIGHUP: 1, SIGINT: 2, SIGQUIT: 3, SIGKILL: 9, SIGTERM: 15, SIGABRT: 6, SIGSEGV: 11 };
+  const numbers: Partial<Record<NodeJS.Signals, number>> = {
+    SIGHUP: 1,
+    SIGINT: 2,
+    SIGQUIT: 3,
+    SIGKILL: 9,
+    SIGTERM: 15,
+    SIGABRT: 6,
+    SIGSEGV: 11,
+  };
   return numbers[signal] ?? 0;
 }

@@ -26,11 +26,18 @@ function resolvePort(port: number | string, container: V1Container): number {
 function httpProbe(url: URL, headers: Record<string, string>, timeoutMs: number): Promise<ProbeResult> {
   return new Promise((resolve) => {
     const request = url.protocol === "https:" ? httpsRequest : httpRequest;
-    const req = request(url, { method: "GET", headers, timeout: timeoutMs, rejectUnauthorized: false }, (res) => {
-      res.resume();
-      const status = res.statusCode ?? 0;
-      resolve({ ok: status >= 200 && status < 400, message: `HTTP probe failed with statuscode: ${status}` });
-    });
+    const req = request(
+      url,
+      { method: "GET", headers, timeout: timeoutMs, rejectUnauthorized: false },
+      (res) => {
+        res.resume();
+        const status = res.statusCode ?? 0;
+        resolve({
+          ok: status >= 200 && status < 400,
+          message: `HTTP probe failed with statuscode: ${status}`,
+        });
+      },
+    );
     req.on("timeout", () => req.destroy(new Error(`context deadline exceeded (Client.Timeout exceeded)`)));
     req.on("error", (error) => resolve({ ok: false, message: `Get "${url.href}": ${error.message}` }));
     req.end();
@@ -68,7 +75,11 @@ export async function runProbe(
       return await httpProbe(url, headers, timeoutMs);
     }
     if (probe.tcpSocket) {
-      return await tcpProbe(probe.tcpSocket.host || podIp, resolvePort(probe.tcpSocket.port, container), timeoutMs);
+      return await tcpProbe(
+        probe.tcpSocket.host || podIp,
+        resolvePort(probe.tcpSocket.port, container),
+        timeoutMs,
+      );
     }
     if (probe.exec) {
       const result = await exec(probe.exec.command ?? [], timeoutMs);

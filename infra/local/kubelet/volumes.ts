@@ -68,7 +68,8 @@ function keyedFiles(
     }
     return;
   }
-  for (const [key, value] of Object.entries(data)) files.set(safeRelativePath(key), { content: value, mode: defaultMode });
+  for (const [key, value] of Object.entries(data))
+    files.set(safeRelativePath(key), { content: value, mode: defaultMode });
 }
 
 function toBuffers(data: Record<string, string>): Record<string, Buffer> {
@@ -148,18 +149,29 @@ async function contentFiles(
     return files;
   }
   if (volume.downwardAPI) {
-    downwardFiles(pod, volume.downwardAPI.items ?? [], volume.downwardAPI.defaultMode ?? 0o644, addresses, files);
+    downwardFiles(
+      pod,
+      volume.downwardAPI.items ?? [],
+      volume.downwardAPI.defaultMode ?? 0o644,
+      addresses,
+      files,
+    );
     return files;
   }
   if (volume.projected) {
     const mode = volume.projected.defaultMode ?? 0o644;
     for (const projection of volume.projected.sources ?? []) {
-      if (projection.secret) await secretFiles(pod, source, projection.secret as V1SecretProjection, mode, files);
+      if (projection.secret)
+        await secretFiles(pod, source, projection.secret as V1SecretProjection, mode, files);
       if (projection.configMap) await configMapFiles(pod, source, projection.configMap, mode, files);
-      if (projection.downwardAPI) downwardFiles(pod, projection.downwardAPI.items ?? [], mode, addresses, files);
+      if (projection.downwardAPI)
+        downwardFiles(pod, projection.downwardAPI.items ?? [], mode, addresses, files);
       if (projection.serviceAccountToken) {
         const token = await source.serviceAccountToken(pod, projection.serviceAccountToken);
-        files.set(safeRelativePath(projection.serviceAccountToken.path), { content: Buffer.from(token), mode });
+        files.set(safeRelativePath(projection.serviceAccountToken.path), {
+          content: Buffer.from(token),
+          mode,
+        });
       }
     }
     return files;
@@ -203,7 +215,11 @@ export async function prepareVolumes(
       const path = await source.claimPath(ns, claim);
       if (!path) throw new MissingReferenceError(`persistentvolumeclaim "${claim}" is not bound yet`);
       mkdirSync(path, { recursive: true });
-      prepared.push({ name: volume.name, hostPath: path, readOnly: volume.persistentVolumeClaim.readOnly ?? false });
+      prepared.push({
+        name: volume.name,
+        hostPath: path,
+        readOnly: volume.persistentVolumeClaim.readOnly ?? false,
+      });
       continue;
     }
     const files = await contentFiles(pod, volume, source, addresses);
@@ -219,7 +235,10 @@ export async function prepareVolumes(
 }
 
 /** The bind mounts of one container: its volumeMounts (with subPath), resolved to host paths. */
-export function containerMounts(volumeMounts: V1VolumeMount[] | undefined, volumes: PreparedVolume[]): Mount[] {
+export function containerMounts(
+  volumeMounts: V1VolumeMount[] | undefined,
+  volumes: PreparedVolume[],
+): Mount[] {
   return (volumeMounts ?? []).map((mount) => {
     const volume = volumes.find((v) => v.name === mount.name);
     if (!volume) throw new MissingReferenceError(`volumeMount "${mount.name}" names no volume of the pod`);
