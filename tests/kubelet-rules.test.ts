@@ -28,7 +28,7 @@ t.test("images of any registry map to the etcd build of their minor", async (t) 
   const resolved = resolveImage("registry.k8s.io/etcd:3.6.4-0", builds);
   t.equal(resolved.runsVersion, "3.6.16");
   t.same(resolved.mounts, [{ source: "/cache/etcd-v3.6.16", target: "/usr/local/bin", readOnly: true }]);
-  t.same(resolveImage("busybox:1.36", builds).entrypoint, ["/bin/sh"]);
+  t.same(resolveImage("busybox:1.36", builds).cmd, ["sh"]);
   t.throws(
     () => resolveImage("quay.io/coreos/etcd:v3.2.13", builds),
     ImagePullError,
@@ -42,12 +42,11 @@ t.test("$(VAR) expands like Kubernetes: known names only, $$ escapes", async (t)
   t.equal(expandVars("http://$(POD_IP):2379", vars), "http://10.0.0.2:2379");
   t.equal(expandVars("$(MISSING)-$(A)", vars), "$(MISSING)-1");
   t.equal(expandVars("$$(A) $$ $(A", vars), "$(A) $ $(A");
-  t.same(
-    containerArgv({ name: "c", args: ["--x=$(A)"] }, ["/bin/app"], vars),
-    ["/bin/app", "--x=1"],
-    "args follow the entrypoint",
-  );
-  t.same(containerArgv({ name: "c", command: ["run", "$(A)"] }, ["/bin/app"], vars), ["run", "1"]);
+  const image = { entrypoint: ["/bin/entry"], cmd: ["default-cmd"] };
+  t.same(containerArgv({ name: "c" }, image, vars), ["/bin/entry", "default-cmd"], "no command, no args: the image's own");
+  t.same(containerArgv({ name: "c", args: ["--x=$(A)"] }, image, vars), ["/bin/entry", "--x=1"], "args replace CMD");
+  t.same(containerArgv({ name: "c", command: ["run", "$(A)"] }, image, vars), ["run", "1"], "command drops CMD");
+  t.same(containerArgv({ name: "c", command: ["run"], args: ["x"] }, image, vars), ["run", "x"]);
 });
 
 function pod(

@@ -2,7 +2,7 @@
 // namespace behind, and a start after a crash (everything SIGKILLed, pods orphaned) cleans up
 // what the crashed run left before it starts again.
 import { execFileSync } from "node:child_process";
-import { existsSync, readdirSync, readFileSync } from "node:fs";
+import { existsSync, readdirSync, readFileSync, readlinkSync } from "node:fs";
 import t from "tap";
 import { startLocalCluster } from "../infra/local/control-plane.ts";
 import { readPidFile } from "../infra/local/daemons.ts";
@@ -19,13 +19,16 @@ function netnsOfInstance(): string[] {
     : [];
 }
 
-/** Every live process whose command line or cwd mentions this instance's folder. */
+/** Every live process whose command line, working directory or open files mention this instance's folder. */
 function processesOfInstance(): string[] {
   const found: string[] = [];
   for (const pid of readdirSync("/proc").filter((p) => /^\d+$/.test(p))) {
     try {
+      if (Number(pid) === process.pid) continue;
       const cmdline = readFileSync(`/proc/${pid}/cmdline`, "utf8").replace(/\0/g, " ");
-      if (cmdline.includes(layout.dir) && Number(pid) !== process.pid) found.push(`${pid}: ${cmdline}`);
+      // Redis rewrites its command line, but its log file stays open (fd 1) in the instance's folder.
+      const stdout = readlinkSync(`/proc/${pid}/fd/1`);
+      if (cmdline.includes(layout.dir) || stdout.startsWith(layout.dir)) found.push(`${pid}: ${cmdline}`);
     } catch {
       // The process ended while we looked.
     }

@@ -4,7 +4,7 @@
 // started it is gone. Before signalling a pid from a file we check /proc/<pid>/cmdline, so a
 // recycled pid of an unrelated process is never killed.
 import { spawn } from "node:child_process";
-import { closeSync, existsSync, openSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { closeSync, existsSync, openSync, readFileSync, realpathSync, rmSync, writeFileSync } from "node:fs";
 import { createServer } from "node:net";
 import { setTimeout as sleep } from "node:timers/promises";
 
@@ -65,14 +65,17 @@ export function readPidFile(path: string): PidRecord | undefined {
   return undefined;
 }
 
-/** True when the pid is alive AND still runs the command we started (not a recycled pid). */
+/**
+ * True when the pid is alive AND still runs the executable we started (not a recycled pid).
+ * Compares /proc/<pid>/exe rather than the command line, which some daemons rewrite (Redis
+ * replaces its argv with "redis-server 127.0.0.1:port").
+ */
 export function isOurProcess(record: PidRecord): boolean {
   try {
-    const argv = readFileSync(`/proc/${record.pid}/cmdline`, "utf8").split("\0");
     const stat = readFileSync(`/proc/${record.pid}/stat`, "utf8");
     // A zombie still has a /proc entry but nothing left to stop.
     if (/^\d+ \(.*\) Z/.test(stat)) return false;
-    return argv.some((arg) => arg === record.command || arg.endsWith(`/${record.command}`));
+    return realpathSync(`/proc/${record.pid}/exe`) === realpathSync(record.command);
   } catch {
     return false;
   }

@@ -204,14 +204,17 @@ export async function containerEnv(
   return env;
 }
 
-/** The argv a container runs: image entrypoint unless `command` is set; $(VAR) expanded. */
+/**
+ * The argv a container runs, with Docker's rules: `command` replaces the image's ENTRYPOINT and
+ * `args` its CMD (a `command` alone drops the CMD too); $(VAR) is expanded in both.
+ */
 export function containerArgv(
   container: V1Container,
-  entrypoint: string[],
+  image: { entrypoint: string[]; cmd: string[] },
   env: Record<string, string>,
 ): string[] {
-  const command = container.command?.length ? container.command : entrypoint;
-  // Like Docker: args replace the image's CMD; with no command and no args the entrypoint runs alone.
-  const args = container.args ?? [];
-  return [...command, ...args].map((part) => expandVars(part, env));
+  const hasCommand = (container.command?.length ?? 0) > 0;
+  const entrypoint = hasCommand ? (container.command ?? []) : image.entrypoint;
+  const args = container.args ?? (hasCommand ? [] : image.cmd);
+  return [...entrypoint, ...args].map((part) => expandVars(part, env));
 }

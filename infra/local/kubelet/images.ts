@@ -15,8 +15,10 @@ export interface ResolvedImage {
   imageId: string;
   /** Directories of the "image" laid over the host's root inside the container. */
   mounts: { source: string; target: string; readOnly: boolean }[];
-  /** The image's ENTRYPOINT, used when the container gives no command. */
+  /** The image's ENTRYPOINT, replaced by the container's `command`. */
   entrypoint: string[];
+  /** The image's CMD, replaced by the container's `args`. */
+  cmd: string[];
   /** The version actually run (may be a different patch of the same minor). */
   runsVersion?: string;
 }
@@ -67,12 +69,14 @@ export function resolveImage(image: string, etcdBuilds: EtcdBinaries[]): Resolve
     return {
       imageId: `local://etcd@v${build.version}`,
       mounts: [{ source: build.binDir, target: "/usr/local/bin", readOnly: true }],
-      entrypoint: ["/usr/local/bin/etcd"],
+      // Like the published etcd images: no ENTRYPOINT, CMD runs etcd.
+      entrypoint: [],
+      cmd: ["/usr/local/bin/etcd"],
       runsVersion: build.version,
     };
   }
   if (SHELL_IMAGES.has(parsed.name)) {
-    return { imageId: `local://host-shell`, mounts: [], entrypoint: ["/bin/sh"] };
+    return { imageId: "local://host-shell", mounts: [], entrypoint: [], cmd: ["sh"] };
   }
   throw new ImagePullError(
     `rpc error: code = NotFound desc = failed to pull and unpack image "${image}": ${parsed.repository}:${parsed.tag}: not found`,

@@ -261,7 +261,7 @@ export class Kubelet {
     for (const timer of this.timers) clearInterval(timer);
     await Promise.all([this.pods?.stop(), this.services?.stop(), this.claims?.stop()]);
     await this.heartbeat();
-    await Promise.all([...this.workers.values()].map((worker) => worker.teardown(graceMs)));
+    await Promise.all([...this.workers.values()].map((worker) => worker.stop(graceMs)));
     this.workers.clear();
   }
 }

@@ -113,6 +113,8 @@ export class PodWorker {
   private running: Promise<void> | undefined;
   private again = false;
   private terminating = false;
+  /** Set by stop(): no sync runs any more. */
+  private stopped = false;
   private terminal = false;
   private done = false;
   private lastEvent = new Map<string, number>();
@@ -145,6 +147,7 @@ export class PodWorker {
 
   /** Runs sync now, or once more right after the running one finishes. */
   kick(): void {
+    if (this.stopped) return;
     if (this.running) {
       this.again = true;
       return;
@@ -349,7 +352,7 @@ export class PodWorker {
         hostIp: this.deps.network.gateway,
         hostname,
       });
-      argv = containerArgv(spec, image.entrypoint, env);
+      argv = containerArgv(spec, image, env);
       mounts = [
         ...image.mounts,
         ...containerMounts(spec.volumeMounts, volumes),
@@ -380,6 +383,8 @@ export class PodWorker {
     const logDir = join(this.dir, "logs", spec.name);
     mkdirSync(logDir, { recursive: true });
     const containerId = `local://${randomBytes(16).toString("hex")}`;
+    // Awaits above may have let a stop or a deletion in: never start a process after that.
+    if (this.stopped || this.terminating || this.pod.metadata?.deletionTimestamp) return;
     let child: ChildProcess;
     try {
       child = spawnContainer({
@@ -568,8 +573,19 @@ export class PodWorker {
     signalContainer(pid, "SIGKILL");
   }
 
-  /** Stops every process and releases the network and volumes; the pod object stays. */
-  async teardown(graceMs = 0): Promise<void> {
+  /**
+   * Stops the pod from outside its sync loop (kubelet shutdown, pod force-deleted): no new sync
+   * starts, the one in flight finishes first (so it cannot start a container after we looked),
+   * then every process is stopped and the network released. The pod object stays.
+   */
+  async stop(graceMs = 0): Promise<void> {
+    this.stopped = true;
+    while (this.running) await this.running;
+    await this.teardown(graceMs);
+  }
+
+  /** Stops every process and releases the network; only called from sync or after stop(). */
+  private async teardown(graceMs = 0): Promise<void> {
     this.terminating = true;
     await Promise.all([...this.containers.values()].map((state) => this.stopProcess(state, graceMs)));
     if (this.sandbox) {
@@ -597,7 +613,7 @@ export class PodWorker {
   /** The pod object is gone from the API (force-deleted): stop quickly, remove local state. */
   async forget(): Promise<void> {
     const grace = Math.min(this.pod.spec?.terminationGracePeriodSeconds ?? 30, 2);
-    await this.teardown(grace * 1000);
+    await this.stop(grace * 1000);
     removePodDir(this.dir);
     this.done = true;
   }
