@@ -43,9 +43,21 @@ t.test("$(VAR) expands like Kubernetes: known names only, $$ escapes", async (t)
   t.equal(expandVars("$(MISSING)-$(A)", vars), "$(MISSING)-1");
   t.equal(expandVars("$$(A) $$ $(A", vars), "$(A) $ $(A");
   const image = { entrypoint: ["/bin/entry"], cmd: ["default-cmd"] };
-  t.same(containerArgv({ name: "c" }, image, vars), ["/bin/entry", "default-cmd"], "no command, no args: the image's own");
-  t.same(containerArgv({ name: "c", args: ["--x=$(A)"] }, image, vars), ["/bin/entry", "--x=1"], "args replace CMD");
-  t.same(containerArgv({ name: "c", command: ["run", "$(A)"] }, image, vars), ["run", "1"], "command drops CMD");
+  t.same(
+    containerArgv({ name: "c" }, image, vars),
+    ["/bin/entry", "default-cmd"],
+    "no command, no args: the image's own",
+  );
+  t.same(
+    containerArgv({ name: "c", args: ["--x=$(A)"] }, image, vars),
+    ["/bin/entry", "--x=1"],
+    "args replace CMD",
+  );
+  t.same(
+    containerArgv({ name: "c", command: ["run", "$(A)"] }, image, vars),
+    ["run", "1"],
+    "command drops CMD",
+  );
   t.same(containerArgv({ name: "c", command: ["run"], args: ["x"] }, image, vars), ["run", "x"]);
 });
 

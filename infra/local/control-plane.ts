@@ -412,11 +412,14 @@ async function startKubelet(
 async function waitForNamespaceDefaults(apiserverUrl: string, pki: Pki): Promise<void> {
   const tls = { ca: pki.ca.cert, cert: pki.admin.cert, key: pki.admin.key };
   for (const path of ["serviceaccounts/default", "configmaps/kube-root-ca.crt"]) {
-    await waitUntil(async () => (await httpsGet(`${apiserverUrl}/api/v1/namespaces/default/${path}`, tls)).status === 200, {
-      what: `namespace default: ${path}`,
-      timeoutMs: 60_000,
-      intervalMs: 200,
-    });
+    await waitUntil(
+      async () => (await httpsGet(`${apiserverUrl}/api/v1/namespaces/default/${path}`, tls)).status === 200,
+      {
+        what: `namespace default: ${path}`,
+        timeoutMs: 60_000,
+        intervalMs: 200,
+      },
+    );
   }
 }
 
@@ -453,7 +456,9 @@ export async function startLocalCluster(options: LocalClusterOptions = {}): Prom
     const apiserver = await timed(log, "kube-apiserver", () => startApiserver(layout, assets, pki, etcd.url));
     writeFileSync(layout.kubeconfigPath, kubeconfigYaml(apiserver.url, pki, name), { mode: 0o600 });
     await timed(log, "kube-controller-manager", () => startControllerManager(layout, assets, pki));
-    await timed(log, "default service account and root CA bundle", () => waitForNamespaceDefaults(apiserver.url, pki));
+    await timed(log, "default service account and root CA bundle", () =>
+      waitForNamespaceDefaults(apiserver.url, pki),
+    );
     let redisUrl: string | undefined;
     if (options.redis ?? true) {
       redisUrl = await timed(

@@ -214,14 +214,23 @@ export class KubeletApi implements VolumeSource {
     const renewTime = new Date().toISOString().replace(/Z$/, "000Z");
     const spec = { holderIdentity: this.nodeName, leaseDurationSeconds: durationSeconds, renewTime };
     try {
-      await this.coordination.patchNamespacedLease({ name: this.nodeName, namespace, body: { spec } }, MERGE_PATCH);
+      await this.coordination.patchNamespacedLease(
+        { name: this.nodeName, namespace, body: { spec } },
+        MERGE_PATCH,
+      );
     } catch (error) {
       if (httpStatus(error) !== 404) throw error;
       await this.coordination.createNamespacedLease({
         namespace,
-        body: { metadata: { name: this.nodeName }, spec: { holderIdentity: this.nodeName, leaseDurationSeconds: durationSeconds } },
+        body: {
+          metadata: { name: this.nodeName },
+          spec: { holderIdentity: this.nodeName, leaseDurationSeconds: durationSeconds },
+        },
       });
-      await this.coordination.patchNamespacedLease({ name: this.nodeName, namespace, body: { spec } }, MERGE_PATCH);
+      await this.coordination.patchNamespacedLease(
+        { name: this.nodeName, namespace, body: { spec } },
+        MERGE_PATCH,
+      );
     }
   }
 }

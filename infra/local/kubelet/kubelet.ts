@@ -113,9 +113,10 @@ export class Kubelet {
     this.claims.on("add", (claim) => this.onClaim(claim));
     this.claims.on("update", (claim) => this.onClaim(claim));
     for (const informer of [this.pods, this.services, this.claims] as Cache<KubernetesObject>[]) {
-      informer.on("error", (error: unknown) =>
-        this.log.warn({ err: error }, "watch failed; the informer reconnects"),
-      );
+      informer.on("error", (error: unknown) => {
+        // Stopping aborts the watches on purpose.
+        if (!this.stopping) this.log.warn({ err: error }, "watch failed; the informer reconnects");
+      });
     }
     await Promise.all([this.pods.start(), this.services.start(), this.claims.start()]);
 
