@@ -438,3 +438,136 @@ t.test("bad input shows the status a real kubelet shows and disturbs nothing els
   );
   t.ok(etcdAfter && isReady(etcdAfter), "and stay Ready");
 });
+
+t.test("volumes, env and init containers work as on a real node", async (t) => {
+  await core.createNamespacedSecret({
+    namespace: NS,
+    body: { metadata: { name: "creds", namespace: NS }, stringData: { user: "alice", "tls.crt": "CERT" } },
+  });
+  await core.createNamespacedConfigMap({
+    namespace: NS,
+    body: { metadata: { name: "settings", namespace: NS }, data: { mode: "fast", "app.conf": "a=1\n" } },
+  });
+  // Every check runs inside the container; a failed one exits non-zero and the pod ends Failed.
+  const checks = [
+    'test "$(cat /secret/user)" = alice',
+    'test "$(cat /secret/certs/tls.crt)" = CERT',
+    'test "$(cat /config/app.conf)" = a=1',
+    'test "$(cat /info/name)" = wired',
+    'grep -q "tier=\\"backend\\"" /info/labels',
+    'test "$(cat /shared/from-init)" = first-second',
+    'test "$USER_NAME" = alice && test "$MODE" = fast && test "$URL" = "http://$POD_IP:2379"',
+    'test "$POD_NAME" = wired && test "$POD_NAMESPACE" = default && test -n "$POD_IP"',
+    'test "$CFG_mode" = fast',
+    "test -s /var/run/secrets/kubernetes.io/serviceaccount/token",
+    'test "$(hostname)" = wired',
+    'test "$(pwd)" = /shared',
+    "touch /secret/x 2>/dev/null && exit 9 || true",
+  ].join(" && ");
+  await core.createNamespacedPod({
+    namespace: NS,
+    body: {
+      metadata: { name: "wired", namespace: NS, labels: { tier: "backend" } },
+      spec: {
+        restartPolicy: "Never",
+        initContainers: [
+          {
+            name: "first",
+            image: "busybox",
+            command: ["/bin/sh", "-c", "printf first > /shared/from-init"],
+            volumeMounts: [{ name: "shared", mountPath: "/shared" }],
+          },
+          {
+            name: "second",
+            image: "busybox",
+            command: ["/bin/sh", "-c", "printf -- -second >> /shared/from-init"],
+            volumeMounts: [{ name: "shared", mountPath: "/shared" }],
+          },
+        ],
+        containers: [
+          {
+            name: "main",
+            image: "busybox",
+            command: ["/bin/sh", "-c", checks],
+            workingDir: "/shared",
+            env: [
+              { name: "POD_NAME", valueFrom: { fieldRef: { fieldPath: "metadata.name" } } },
+              { name: "POD_NAMESPACE", valueFrom: { fieldRef: { fieldPath: "metadata.namespace" } } },
+              { name: "POD_IP", valueFrom: { fieldRef: { fieldPath: "status.podIP" } } },
+              { name: "URL", value: "http://$(POD_IP):2379" },
+              { name: "USER_NAME", valueFrom: { secretKeyRef: { name: "creds", key: "user" } } },
+              { name: "MODE", valueFrom: { configMapKeyRef: { name: "settings", key: "mode" } } },
+            ],
+            envFrom: [{ prefix: "CFG_", configMapRef: { name: "settings" } }],
+            volumeMounts: [
+              { name: "secret", mountPath: "/secret", readOnly: true },
+              { name: "config", mountPath: "/config" },
+              { name: "info", mountPath: "/info" },
+              { name: "shared", mountPath: "/shared" },
+            ],
+          },
+        ],
+        volumes: [
+          {
+            name: "secret",
+            secret: {
+              secretName: "creds",
+              items: [
+                { key: "user", path: "user" },
+                { key: "tls.crt", path: "certs/tls.crt" },
+              ],
+            },
+          },
+          { name: "config", configMap: { name: "settings" } },
+          {
+            name: "info",
+            downwardAPI: {
+              items: [
+                { path: "name", fieldRef: { fieldPath: "metadata.name" } },
+                { path: "labels", fieldRef: { fieldPath: "metadata.labels" } },
+              ],
+            },
+          },
+          { name: "shared", emptyDir: {} },
+        ],
+      },
+    },
+  });
+  const done = await waitForPod(core, NS, "wired", "to finish", (p) =>
+    ["Succeeded", "Failed"].includes(p.status?.phase ?? ""),
+  );
+  t.equal(done.status?.phase, "Succeeded", "every check inside the container passed");
+  t.same(
+    done.status?.initContainerStatuses?.map((s) => [s.name, s.state?.terminated?.exitCode]),
+    [
+      ["first", 0],
+      ["second", 0],
+    ],
+    "init containers ran in order and completed",
+  );
+
+  await core.createNamespacedPod({
+    namespace: NS,
+    body: {
+      metadata: { name: "missing-secret", namespace: NS },
+      spec: {
+        containers: [
+          {
+            name: "main",
+            image: "busybox",
+            command: ["sleep", "60"],
+            env: [{ name: "X", valueFrom: { secretKeyRef: { name: "no-such-secret", key: "k" } } }],
+          },
+        ],
+      },
+    },
+  });
+  const blocked = await waitForPod(
+    core,
+    NS,
+    "missing-secret",
+    "CreateContainerConfigError",
+    (p) => p.status?.containerStatuses?.[0]?.state?.waiting?.reason === "CreateContainerConfigError",
+  );
+  t.match(blocked.status?.containerStatuses?.[0]?.state?.waiting?.message ?? "", /no-such-secret/);
+});

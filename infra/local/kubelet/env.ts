@@ -132,11 +132,20 @@ export function resourceFieldValue(
   return String(Math.ceil(value / divisor));
 }
 
+const ENV_NAME = /^[A-Za-z_][A-Za-z0-9_]*$/;
+
+function setFromSource(env: Record<string, string>, name: string, value: string, skipped: string[]): void {
+  if (ENV_NAME.test(name)) env[name] = value;
+  else skipped.push(name);
+}
+
 export async function containerEnv(
   pod: V1Pod,
   container: V1Container,
   source: ObjectSource,
   addresses: { podIp: string; hostIp: string; hostname: string },
+  /** Receives envFrom keys that are not valid variable names; the kubelet skips them with an event. */
+  skipped: string[] = [],
 ): Promise<Record<string, string>> {
   const namespace = pod.metadata?.namespace ?? "default";
   const env: Record<string, string> = { PATH: DEFAULT_PATH, HOSTNAME: addresses.hostname };
@@ -148,13 +157,14 @@ export async function containerEnv(
       if (!data && !from.configMapRef.optional) {
         throw new MissingReferenceError(`configmap "${from.configMapRef.name}" not found`);
       }
-      for (const [k, v] of Object.entries(data ?? {})) env[prefix + k] = v;
+      for (const [k, v] of Object.entries(data ?? {})) setFromSource(env, prefix + k, v, skipped);
     }
     if (from.secretRef) {
       const data = await source.secretData(namespace, from.secretRef.name ?? "");
       if (!data && !from.secretRef.optional)
         throw new MissingReferenceError(`secret "${from.secretRef.name}" not found`);
-      for (const [k, v] of Object.entries(data ?? {})) env[prefix + k] = v.toString("utf8");
+      for (const [k, v] of Object.entries(data ?? {}))
+        setFromSource(env, prefix + k, v.toString("utf8"), skipped);
     }
   }
 

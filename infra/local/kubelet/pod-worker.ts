@@ -347,11 +347,26 @@ export class PodWorker {
     let argv: string[];
     let mounts: { source: string; target: string; readOnly: boolean }[];
     try {
-      env = await containerEnv(this.pod, spec, this.deps.source, {
-        podIp: sandbox.ip,
-        hostIp: this.deps.network.gateway,
-        hostname,
-      });
+      const skipped: string[] = [];
+      env = await containerEnv(
+        this.pod,
+        spec,
+        this.deps.source,
+        {
+          podIp: sandbox.ip,
+          hostIp: this.deps.network.gateway,
+          hostname,
+        },
+        skipped,
+      );
+      if (skipped.length > 0) {
+        this.event(
+          "Warning",
+          "InvalidEnvironmentVariableNames",
+          `Keys [${skipped.join(", ")}] from the EnvFrom were skipped since they are considered invalid environment variable names.`,
+          60_000,
+        );
+      }
       argv = containerArgv(spec, image, env);
       mounts = [
         ...image.mounts,
