@@ -92,10 +92,15 @@ t.test("a start after a crash cleans up what the crashed run left behind", async
     if (record) process.kill(record.pid, "SIGKILL");
   }
   t.equal(netnsOfInstance().length, 1, "the orphaned pod network namespace is still there after the crash");
-  t.ok(processesOfInstance().length >= 1, "orphaned processes remain after the crash");
+  const orphans = execFileSync("ip", ["netns", "pids", netnsOfInstance()[0] ?? ""], { encoding: "utf8" })
+    .trim()
+    .split("\n")
+    .filter(Boolean);
+  t.ok(orphans.length >= 1, "the pod's process outlived the crash");
   const restarted = await startLocalCluster({ name: NAME });
   t.teardown(() => restarted.stop());
   t.same(netnsOfInstance(), [], "the leftover network namespace was removed before starting");
+  for (const pid of orphans) t.notOk(existsSync(`/proc/${pid}`), `orphaned pod process ${pid} was killed`);
   const { core } = clientsFor(restarted.kubeconfigPath);
   const pods = await core.listNamespacedPod({ namespace: "default" });
   t.equal(pods.items.length, 0, "the new cluster starts empty");
