@@ -17,8 +17,9 @@ import { join } from "node:path";
 /** The Kubernetes release whose kube-apiserver, kube-controller-manager and kubectl we run. */
 export const KUBERNETES_VERSION = "1.34.4";
 
-/** One etcd per supported minor, each the newest patch of that minor. */
-export const ETCD_VERSIONS: readonly string[] = ["3.5.35", "3.6.16", "3.7.3"];
+import { ETCD_VERSIONS } from "../../shared/etcd-versions.ts";
+
+export { ETCD_VERSIONS };
 
 export interface EtcdBuild {
   version: string;
