@@ -8,12 +8,12 @@ import {
   type Informer,
   type KubeConfig,
   type KubernetesObject,
-  makeInformer,
   type ObjectCache,
   type V1PersistentVolumeClaim,
   type V1Pod,
   type V1Service,
 } from "@kubernetes/client-node";
+import { resilientInformer } from "../../../shared/informer.ts";
 import type { Logger } from "../../../shared/log.ts";
 import type { NetworkLayout } from "../layout.ts";
 import { KubeletApi } from "./api.ts";
@@ -101,10 +101,19 @@ export class Kubelet {
     this.log.info({ node: nodeName }, "node registered");
 
     const core = this.kc.makeApiClient(CoreV1Api);
-    this.pods = makeInformer(this.kc, "/api/v1/pods", () => core.listPodForAllNamespaces());
-    this.services = makeInformer(this.kc, "/api/v1/services", () => core.listServiceForAllNamespaces());
-    this.claims = makeInformer(this.kc, "/api/v1/persistentvolumeclaims", () =>
-      core.listPersistentVolumeClaimForAllNamespaces(),
+    // Informers that restart themselves: the kubelet must outlive apiserver restarts.
+    this.pods = resilientInformer(this.kc, "/api/v1/pods", () => core.listPodForAllNamespaces(), this.log);
+    this.services = resilientInformer(
+      this.kc,
+      "/api/v1/services",
+      () => core.listServiceForAllNamespaces(),
+      this.log,
+    );
+    this.claims = resilientInformer(
+      this.kc,
+      "/api/v1/persistentvolumeclaims",
+      () => core.listPersistentVolumeClaimForAllNamespaces(),
+      this.log,
     );
     this.pods.on("add", (pod) => this.onPod(pod));
     this.pods.on("update", (pod) => this.onPod(pod));
@@ -112,12 +121,6 @@ export class Kubelet {
     this.services.on("change", () => this.scheduleHostsRefresh());
     this.claims.on("add", (claim) => this.onClaim(claim));
     this.claims.on("update", (claim) => this.onClaim(claim));
-    for (const informer of [this.pods, this.services, this.claims] as Cache<KubernetesObject>[]) {
-      informer.on("error", (error: unknown) => {
-        // Stopping aborts the watches on purpose.
-        if (!this.stopping) this.log.warn({ err: error }, "watch failed; the informer reconnects");
-      });
-    }
     await Promise.all([this.pods.start(), this.services.start(), this.claims.start()]);
 
     this.timers.push(setInterval(() => this.tick(), TICK_MS));

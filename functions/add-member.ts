@@ -1,0 +1,68 @@
+// Steps: add one member. First `member add` as a learner (a learner does not count towards
+// quorum, so a slow or failed start cannot cost availability), then its pod with
+// `--initial-cluster-state=existing`. If the worker dies between the two, the planner sees a
+// member that was never started and `createMemberPod` finishes the job.
+import type { MemberInfo } from "../shared/etcd-members.ts";
+import { addLearner } from "../shared/etcd-members.ts";
+import { memberPod, newMemberName, peerURL } from "../shared/member-pods.ts";
+import { memberPodName } from "./plan.ts";
+import { memberEndpoints, type StepDeps, type StepInput, type StepOutcome } from "./step.ts";
+
+function initialCluster(members: MemberInfo[]): { name: string; peerURL: string }[] {
+  return members.flatMap((m) => {
+    const name = memberPodName(m);
+    const url = m.peerURLs[0];
+    return name && url ? [{ name, peerURL: url }] : [];
+  });
+}
+
+export async function addMember(input: StepInput, deps: StepDeps): Promise<StepOutcome> {
+  const namespace = input.cluster.metadata?.namespace ?? "default";
+  const clusterName = input.cluster.metadata?.name ?? "";
+  const name = newMemberName(clusterName);
+  await deps.guard();
+  const added = await addLearner(
+    memberEndpoints(input.observation),
+    peerURL(name, clusterName, namespace),
+    deps.etcd,
+  );
+  await deps.guard();
+  await deps.kube.createPod(
+    memberPod({
+      cluster: input.cluster,
+      spec: input.spec,
+      name,
+      initialCluster: initialCluster(added.members),
+      state: "existing",
+    }),
+  );
+  return {
+    requeueAfterMs: 500,
+    event: {
+      type: "Normal",
+      reason: "MemberAdded",
+      message: `added member ${name} as a learner (${added.members.length} members, target ${input.spec.size})`,
+    },
+  };
+}
+
+export async function createMemberPod(input: StepInput, deps: StepDeps, name: string): Promise<StepOutcome> {
+  await deps.guard();
+  await deps.kube.createPod(
+    memberPod({
+      cluster: input.cluster,
+      spec: input.spec,
+      name,
+      initialCluster: initialCluster(input.observation.members ?? []),
+      state: "existing",
+    }),
+  );
+  return {
+    requeueAfterMs: 500,
+    event: {
+      type: "Normal",
+      reason: "MemberPodCreated",
+      message: `created the pod of member ${name}, added to etcd earlier`,
+    },
+  };
+}

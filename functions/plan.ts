@@ -1,0 +1,170 @@
+// The reconcile planner: from one observation of the world (the EtcdCluster, its pods and
+// Services, etcd's member list and each member's health) pick the ONE next step. Pure: no I/O, so
+// every rule is unit-tested, and replaying a decision on the same world gives the same step.
+//
+// Rules, in order (quorum first — a step never leaves fewer than a majority of voters healthy):
+//  1. Services missing → create them.
+//  2. No pods, no members → seed a one-member cluster (or, if the cluster had members before,
+//     report that all members are lost: re-seeding would silently start an empty database).
+//  3. Pods but nobody answers → wait while members start; after that, quorum is lost.
+//  4. A member added to etcd whose pod was never created → create it (finishes a half-done add).
+//  5. A started member whose pod is gone → remove it from etcd (if quorum allows), then add anew.
+//  6. A pod that is no member → delete it (a removed member, or a pod of an undone add).
+//  7. A learner whose pod is Ready → promote it; etcd refuses while it lags, so we retry.
+//  8. While any voter is unhealthy, do not scale.
+//  9. Fewer voters than spec.size → add one; more → remove one follower (never the leader).
+import type { EtcdCluster, NormalizedSpec } from "../shared/api/etcd-cluster.ts";
+import type { EndpointStatus, MemberInfo } from "../shared/etcd-members.ts";
+import { memberNameFromPeerURL } from "../shared/member-pods.ts";
+
+export interface PodView {
+  name: string;
+  /** Pod IP, once the pod has one. */
+  ip?: string;
+  phase: string;
+  ready: boolean;
+  terminating: boolean;
+  createdAtMs: number;
+}
+
+export interface Observation {
+  nowMs: number;
+  cluster: EtcdCluster;
+  spec: NormalizedSpec;
+  pods: PodView[];
+  services: { peer: boolean; client: boolean };
+  /** undefined when no member endpoint answered. */
+  members?: MemberInfo[];
+  /** Health of each pod's client endpoint, by pod name. */
+  health: Map<string, EndpointStatus>;
+  /** The cluster was formed before (status recorded members): losing every pod is data loss. */
+  hadMembers: boolean;
+}
+
+export type Step =
+  | { kind: "ensure-services" }
+  | { kind: "seed" }
+  | { kind: "add-member" }
+  | { kind: "create-member-pod"; name: string; memberId: string }
+  | { kind: "promote-member"; name: string; memberId: string }
+  | { kind: "remove-member"; name: string; memberId: string; reason: "scale-down" | "dead" }
+  | { kind: "delete-pod"; name: string; reason: string }
+  | { kind: "wait"; reason: string; message: string; afterMs: number }
+  | { kind: "all-members-lost" }
+  | { kind: "quorum-lost"; message: string }
+  | { kind: "steady" };
+
+/** How long members may take to start before "nobody answers" means quorum is lost. */
+export const STARTUP_GRACE_MS = 60_000;
+
+export function majority(voters: number): number {
+  return Math.floor(voters / 2) + 1;
+}
+
+/** The pod a member runs in: its name once started, else the host of its peer URL. */
+export function memberPodName(member: MemberInfo): string | undefined {
+  if (member.name) return member.name;
+  const first = member.peerURLs[0];
+  return first ? memberNameFromPeerURL(first) : undefined;
+}
+
+function isHealthy(observation: Observation, podName: string): boolean {
+  return observation.health.get(podName)?.ok === true;
+}
+
+function leaderId(observation: Observation): string | undefined {
+  for (const status of observation.health.values()) if (status.ok && status.leaderId) return status.leaderId;
+  return undefined;
+}
+
+export function planNextStep(o: Observation): Step {
+  if (!o.services.peer || !o.services.client) return { kind: "ensure-services" };
+
+  const live = o.pods.filter((p) => !p.terminating);
+  const liveByName = new Map(live.map((p) => [p.name, p]));
+
+  if (o.members === undefined) {
+    if (live.length === 0) {
+      if (o.pods.length > 0) return wait("PodsTerminating", "waiting for old member pods to terminate", 1000);
+      return o.hadMembers ? { kind: "all-members-lost" } : { kind: "seed" };
+    }
+    const youngest = Math.max(...live.map((p) => p.createdAtMs));
+    if (o.nowMs - youngest < STARTUP_GRACE_MS) {
+      return wait("MembersStarting", `waiting for etcd to answer on ${live.length} member pod(s)`, 1000);
+    }
+    return { kind: "quorum-lost", message: `none of ${live.length} member pod(s) answers etcd requests` };
+  }
+
+  const members = o.members;
+  const voters = members.filter((m) => !m.isLearner);
+  const healthyVoters = voters.filter((m) => {
+    const pod = memberPodName(m);
+    return pod !== undefined && liveByName.has(pod) && isHealthy(o, pod);
+  });
+
+  // 4. Added to etcd, pod never created: finish the add.
+  for (const member of members) {
+    const pod = memberPodName(member);
+    if (!member.name && pod && !liveByName.has(pod) && !o.pods.some((p) => p.name === pod)) {
+      return { kind: "create-member-pod", name: pod, memberId: member.id };
+    }
+  }
+
+  // 5. A started member whose pod is gone: remove it, if quorum allows.
+  for (const member of members) {
+    const pod = memberPodName(member);
+    if (!member.name || (pod && liveByName.has(pod))) continue;
+    const remainingVoters = member.isLearner ? voters.length : voters.length - 1;
+    if (healthyVoters.length >= majority(remainingVoters) || member.isLearner) {
+      return { kind: "remove-member", name: pod ?? member.id, memberId: member.id, reason: "dead" };
+    }
+    return {
+      kind: "quorum-lost",
+      message: `member ${pod ?? member.id} is gone and only ${healthyVoters.length} of ${voters.length} voting members are healthy`,
+    };
+  }
+
+  // 6. Pods that are no member.
+  const memberPods = new Set(members.map(memberPodName));
+  for (const pod of live) {
+    if (!memberPods.has(pod.name))
+      return { kind: "delete-pod", name: pod.name, reason: "it is not a member of the etcd cluster" };
+  }
+
+  // 7. Learners: promote once ready.
+  for (const learner of members.filter((m) => m.isLearner)) {
+    const pod = memberPodName(learner);
+    if (pod && liveByName.get(pod)?.ready && isHealthy(o, pod)) {
+      return { kind: "promote-member", name: pod, memberId: learner.id };
+    }
+    return wait("MemberStarting", `waiting for new member ${pod ?? learner.id} to start and catch up`, 500);
+  }
+
+  // 8. Never scale while a voter is unhealthy.
+  if (healthyVoters.length < voters.length) {
+    const sick = voters.map(memberPodName).filter((p) => p && !isHealthy(o, p));
+    return wait("MemberUnhealthy", `waiting for member(s) ${sick.join(", ")} to become healthy`, 1000);
+  }
+
+  // 9. Scale.
+  if (voters.length < o.spec.size) return { kind: "add-member" };
+  if (voters.length > o.spec.size) {
+    const leader = leaderId(o);
+    const follower = voters.find((m) => m.id !== leader);
+    if (!follower) return wait("NoFollower", "no follower to remove", 1000);
+    if (healthyVoters.length - 1 < majority(voters.length - 1)) {
+      return wait("QuorumAtRisk", "removing a member now would leave too few healthy members", 1000);
+    }
+    return {
+      kind: "remove-member",
+      name: memberPodName(follower) ?? follower.id,
+      memberId: follower.id,
+      reason: "scale-down",
+    };
+  }
+  return { kind: "steady" };
+}
+
+function wait(reason: string, message: string, afterMs: number): Step {
+  return { kind: "wait", reason, message, afterMs };
+}

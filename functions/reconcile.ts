@@ -1,0 +1,315 @@
+// The reconcile function: re-read the world for one EtcdCluster (CR, pods, Services, etcd's
+// member list and health), pick ONE next step with the planner, run it, and write status.
+// Level-triggered and stateless: the job carries only which cluster; running it twice is harmless.
+import type { V1Pod } from "@kubernetes/client-node";
+import {
+  type EtcdCluster,
+  type EtcdClusterStatus,
+  type NormalizedSpec,
+  validateEtcdClusterSpec,
+} from "../shared/api/etcd-cluster.ts";
+import { type Condition, setCondition } from "../shared/conditions.ts";
+import { type EndpointStatus, endpointStatuses, listMembers } from "../shared/etcd-members.ts";
+import { memberSelector } from "../shared/kube.ts";
+import { CLIENT_PORT, clientServiceName } from "../shared/member-pods.ts";
+import { addMember, createMemberPod } from "./add-member.ts";
+import { ensureServices } from "./ensure-services.ts";
+import { majority, memberPodName, type Observation, type PodView, planNextStep, type Step } from "./plan.ts";
+import { promoteMember } from "./promote-member.ts";
+import { deleteMemberPod, removeMember } from "./remove-member.ts";
+import { seed } from "./seed.ts";
+import type { StepDeps, StepInput, StepOutcome } from "./step.ts";
+
+export interface ReconcileInput {
+  namespace: string;
+  name: string;
+}
+
+export type ReconcileResult =
+  | { kind: "gone" }
+  | { kind: "invalid"; problems: string[] }
+  | { kind: "paused" }
+  | { kind: "step"; step: Step; outcome: StepOutcome };
+
+function podView(pod: V1Pod): PodView {
+  return {
+    name: pod.metadata?.name ?? "",
+    ip: pod.status?.podIP,
+    phase: pod.status?.phase ?? "Pending",
+    ready: pod.status?.conditions?.some((c) => c.type === "Ready" && c.status === "True") ?? false,
+    terminating: pod.metadata?.deletionTimestamp !== undefined,
+    createdAtMs: pod.metadata?.creationTimestamp ? new Date(pod.metadata.creationTimestamp).getTime() : 0,
+  };
+}
+
+export async function observe(
+  cluster: EtcdCluster,
+  spec: NormalizedSpec,
+  deps: StepDeps,
+): Promise<Observation> {
+  const namespace = cluster.metadata?.namespace ?? "default";
+  const name = cluster.metadata?.name ?? "";
+  const [pods, peer, client] = await Promise.all([
+    deps.kube.listMemberPods(namespace, name),
+    deps.kube.getService(namespace, name),
+    deps.kube.getService(namespace, clientServiceName(name)),
+  ]);
+  const views = pods.map(podView);
+  const reachable = views.filter((p) => p.ip && !p.terminating);
+  const statuses = await endpointStatuses(
+    reachable.map((p) => `http://${p.ip}:${CLIENT_PORT}`),
+    deps.etcd,
+  );
+  const health = new Map<string, EndpointStatus>();
+  reachable.forEach((p, i) => {
+    const status = statuses[i];
+    if (status) health.set(p.name, status);
+  });
+  const answering = statuses.filter((s) => s.ok).map((s) => s.endpoint);
+  let members: Observation["members"];
+  if (answering.length > 0) {
+    try {
+      members = await listMembers(answering, deps.etcd);
+    } catch (error) {
+      deps.log.warn({ err: error }, "member list failed");
+    }
+  }
+  const previous = cluster.status?.members;
+  return {
+    nowMs: Date.now(),
+    cluster,
+    spec,
+    pods: views,
+    services: { peer: peer !== undefined, client: client !== undefined },
+    members,
+    health,
+    hadMembers: (previous?.ready?.length ?? 0) + (previous?.unready?.length ?? 0) > 0,
+  };
+}
+
+async function runStep(step: Step, input: StepInput, deps: StepDeps): Promise<StepOutcome> {
+  switch (step.kind) {
+    case "ensure-services":
+      return ensureServices(input, deps);
+    case "seed":
+      return seed(input, deps);
+    case "add-member":
+      return addMember(input, deps);
+    case "create-member-pod":
+      return createMemberPod(input, deps, step.name);
+    case "promote-member":
+      return promoteMember(input, deps, step.name, step.memberId);
+    case "remove-member":
+      return removeMember(input, deps, step.name, step.memberId, step.reason);
+    case "delete-pod":
+      return deleteMemberPod(input, deps, step.name, step.reason);
+    case "wait":
+      return { requeueAfterMs: step.afterMs };
+    case "quorum-lost":
+      return {
+        requeueAfterMs: 5_000,
+        event: { type: "Warning", reason: "QuorumLost", message: step.message },
+      };
+    case "all-members-lost":
+      return {
+        requeueAfterMs: undefined,
+        event: {
+          type: "Warning",
+          reason: "AllMembersLost",
+          message:
+            "every member pod is gone and no member holds data; restore from a backup (EtcdRestore) or delete and re-create the cluster",
+        },
+      };
+    case "steady":
+      return {};
+  }
+}
+
+const PROGRESS_REASON: Record<Step["kind"], string> = {
+  "ensure-services": "CreatingServices",
+  seed: "Seeding",
+  "add-member": "AddingMember",
+  "create-member-pod": "AddingMember",
+  "promote-member": "PromotingMember",
+  "remove-member": "RemovingMember",
+  "delete-pod": "CleaningUp",
+  wait: "Waiting",
+  "quorum-lost": "QuorumLost",
+  "all-members-lost": "AllMembersLost",
+  steady: "Stable",
+};
+
+function stepMessage(step: Step, outcome: StepOutcome): string {
+  if (step.kind === "wait" || step.kind === "quorum-lost") return step.message;
+  return outcome.event?.message ?? PROGRESS_REASON[step.kind];
+}
+
+/** The status a step leaves behind; readable with `kubectl get etcd` and `kubectl describe`. */
+export function clusterStatus(
+  o: Observation,
+  step: Step,
+  outcome: StepOutcome,
+  now: Date,
+): EtcdClusterStatus {
+  const cluster = o.cluster;
+  const name = cluster.metadata?.name ?? "";
+  const namespace = cluster.metadata?.namespace ?? "default";
+  const previous = cluster.status ?? {};
+  const generation = cluster.metadata?.generation;
+  const members = o.members ?? [];
+  const voters = members.filter((m) => !m.isLearner);
+  const podNames = members.map(memberPodName).filter((n): n is string => n !== undefined);
+  const ready = podNames.filter((n) => o.health.get(n)?.ok === true).sort();
+  const unready = podNames.filter((n) => o.health.get(n)?.ok !== true).sort();
+  const healthyVoters = voters.filter((m) => {
+    const pod = memberPodName(m);
+    return pod !== undefined && o.health.get(pod)?.ok === true;
+  }).length;
+  const versions = [...o.health.values()].flatMap((s) => (s.ok && s.version ? [s.version] : [])).sort();
+  const available = voters.length > 0 && healthyVoters >= majority(voters.length);
+  const failed = step.kind === "all-members-lost";
+  const degraded = failed || step.kind === "quorum-lost";
+
+  let conditions = previous.conditions as Condition[] | undefined;
+  conditions = setCondition(
+    conditions,
+    {
+      type: "Available",
+      status: available ? "True" : "False",
+      reason: available ? "QuorumHealthy" : o.members === undefined ? "NoMemberAnswers" : "QuorumUnhealthy",
+      message: available
+        ? `${healthyVoters} of ${voters.length} voting members healthy`
+        : `${healthyVoters} of ${voters.length} voting members healthy; a majority is needed`,
+      observedGeneration: generation,
+    },
+    now,
+  );
+  const progressing = step.kind !== "steady" && !failed;
+  conditions = setCondition(
+    conditions,
+    {
+      type: "Progressing",
+      status: progressing ? "True" : "False",
+      reason: PROGRESS_REASON[step.kind],
+      message: progressing
+        ? stepMessage(step, outcome)
+        : `cluster has ${voters.length} of ${o.spec.size} members`,
+      observedGeneration: generation,
+    },
+    now,
+  );
+  conditions = setCondition(
+    conditions,
+    {
+      type: "Degraded",
+      status: degraded ? "True" : "False",
+      reason: degraded ? PROGRESS_REASON[step.kind] : "AsExpected",
+      message: degraded ? (outcome.event?.message ?? stepMessage(step, outcome)) : "no known problem",
+      observedGeneration: generation,
+    },
+    now,
+  );
+  const phase = failed
+    ? "Failed"
+    : step.kind === "steady" || previous.phase === "Running"
+      ? "Running"
+      : "Creating";
+  return {
+    phase,
+    reason: failed ? "AllMembersLost" : "",
+    controlPaused: false,
+    conditions,
+    size: o.members ? voters.length : (previous.size ?? 0),
+    readyMembers: ready.length,
+    members: o.members ? { ready, unready } : previous.members,
+    serviceName: clientServiceName(name),
+    clientPort: CLIENT_PORT,
+    clientURL: `http://${clientServiceName(name)}.${namespace}.svc:${CLIENT_PORT}`,
+    selector: memberSelector(name),
+    // Only set while members run another version than the spec asks for (an upgrade in progress).
+    targetVersion: versions.length > 0 && versions.some((v) => v !== o.spec.version) ? o.spec.version : "",
+    currentVersion: versions[0] ?? previous.currentVersion ?? "",
+    observedGeneration: generation,
+  };
+}
+
+function simpleStatus(
+  cluster: EtcdCluster,
+  now: Date,
+  condition: Omit<Condition, "lastTransitionTime" | "lastUpdateTime">,
+  extra: Partial<EtcdClusterStatus>,
+): EtcdClusterStatus {
+  return {
+    ...(cluster.status ?? {}),
+    ...extra,
+    conditions: setCondition(cluster.status?.conditions as Condition[] | undefined, condition, now),
+    observedGeneration: cluster.metadata?.generation,
+  };
+}
+
+export async function reconcile(input: ReconcileInput, deps: StepDeps): Promise<ReconcileResult> {
+  const cluster = await deps.kube.getCluster(input.namespace, input.name);
+  // Deleted (or being deleted): the garbage collector removes pods and Services via owner references.
+  if (!cluster || cluster.metadata?.deletionTimestamp) return { kind: "gone" };
+  const now = new Date();
+  const generation = cluster.metadata?.generation;
+
+  const validation = validateEtcdClusterSpec(cluster.spec ?? {});
+  if (!validation.ok) {
+    const message = validation.problems.join("; ");
+    await deps.kube.patchClusterStatus(
+      cluster,
+      simpleStatus(
+        cluster,
+        now,
+        { type: "Degraded", status: "True", reason: "InvalidSpec", message, observedGeneration: generation },
+        { reason: "InvalidSpec" },
+      ),
+    );
+    await deps.kube.event(cluster, "Warning", "InvalidSpec", message);
+    return { kind: "invalid", problems: validation.problems };
+  }
+  const spec = validation.spec;
+  if (spec.paused) {
+    await deps.kube.patchClusterStatus(
+      cluster,
+      simpleStatus(
+        cluster,
+        now,
+        {
+          type: "Progressing",
+          status: "False",
+          reason: "Paused",
+          message: "spec.paused is true: the operator makes no change to this cluster",
+          observedGeneration: generation,
+        },
+        { controlPaused: true },
+      ),
+    );
+    return { kind: "paused" };
+  }
+
+  const observation = await observe(cluster, spec, deps);
+  const step = planNextStep(observation);
+  const log = deps.log.child({ step: step.kind });
+  let outcome: StepOutcome;
+  try {
+    outcome = await runStep(step, { cluster, spec, observation }, { ...deps, log });
+  } catch (error) {
+    const message = error instanceof Error ? error.message : String(error);
+    await deps.kube.event(cluster, "Warning", "StepFailed", `${step.kind} failed: ${message}`);
+    throw new Error(`step ${step.kind} failed for ${input.namespace}/${input.name}`, { cause: error });
+  }
+  // A lasting problem (quorum lost, all members lost) is announced once, when it starts, not on every look.
+  const degraded = cluster.status?.conditions?.find((c) => c.type === "Degraded");
+  const repeated =
+    outcome.event?.type === "Warning" &&
+    degraded?.status === "True" &&
+    degraded.reason === PROGRESS_REASON[step.kind];
+  if (outcome.event && !repeated) {
+    log.info({ reason: outcome.event.reason }, outcome.event.message);
+    await deps.kube.event(cluster, outcome.event.type, outcome.event.reason, outcome.event.message);
+  }
+  await deps.kube.patchClusterStatus(cluster, clusterStatus(observation, step, outcome, now));
+  return { kind: "step", step, outcome };
+}

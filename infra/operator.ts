@@ -1,0 +1,115 @@
+// The long-running entry point. One process runs watcher, worker and scheduler for small
+// installs (`--role all`, the default), or one role each for scale:
+//   node infra/operator.ts [--role all|watcher|worker|scheduler]
+// Configuration comes from the environment (shared/config.ts); the kubeconfig from KUBECONFIG or
+// the in-cluster service account. SIGTERM/SIGINT close everything gracefully: the worker
+// finishes its current step, the watcher stops its watches, Redis connections close.
+import { parseArgs } from "node:util";
+import { KubeConfig } from "@kubernetes/client-node";
+import { Queue, type Worker } from "bullmq";
+import { Redis } from "ioredis";
+import { loadConfig, type OperatorConfig } from "../shared/config.ts";
+import { Kube } from "../shared/kube.ts";
+import { createLogger, type Logger } from "../shared/log.ts";
+import { RECONCILE_QUEUE } from "../shared/queue.ts";
+import { installCrds } from "./crds.ts";
+import { scheduleResync } from "./scheduler.ts";
+import { startWatcher, type Watcher } from "./watcher.ts";
+import { startWorker } from "./worker.ts";
+
+export type Role = "all" | "watcher" | "worker" | "scheduler";
+
+export interface RunningOperator {
+  /** Resolves once the watcher has enqueued every existing cluster (immediately without a watcher). */
+  ready: Promise<void>;
+  stop(): Promise<void>;
+}
+
+export async function startOperator(options: {
+  kc: KubeConfig;
+  config: OperatorConfig;
+  log: Logger;
+  role?: Role;
+}): Promise<RunningOperator> {
+  const { kc, config, log } = options;
+  const role = options.role ?? "all";
+  const redis = new Redis(config.redisUrl, { maxRetriesPerRequest: null });
+  const queue = new Queue(RECONCILE_QUEUE, { connection: redis });
+  const closers: (() => Promise<void>)[] = [];
+  let watcher: Watcher | undefined;
+  let worker: Worker | undefined;
+  let workerConnection: Redis | undefined;
+
+  if (config.installCrds && (role === "all" || role === "watcher")) {
+    await installCrds(kc);
+    log.info("CRDs installed or up to date");
+  }
+  if (role === "all" || role === "scheduler") {
+    await scheduleResync(queue, config);
+    log.info({ everyMs: config.reconcileIntervalMs }, "resync scheduled");
+  }
+  if (role === "all" || role === "worker") {
+    workerConnection = new Redis(config.redisUrl, { maxRetriesPerRequest: null });
+    worker = startWorker({ kube: new Kube(kc), redis, connection: workerConnection, queue, config, log });
+    const started = worker;
+    closers.push(async () => {
+      await started.close();
+    });
+    log.info({ concurrency: config.workerConcurrency }, "worker started");
+  }
+  if (role === "all" || role === "watcher") {
+    watcher = startWatcher({ kc, queue, redis, config, log });
+    const started = watcher;
+    closers.push(() => started.stop());
+  }
+  return {
+    ready: watcher?.ready ?? Promise.resolve(),
+    async stop() {
+      for (const close of closers.reverse())
+        await close().catch((error: unknown) => log.warn({ err: error }, "close failed"));
+      await queue.close();
+      redis.disconnect();
+      workerConnection?.disconnect();
+    },
+  };
+}
+
+async function main(): Promise<void> {
+  const { values } = parseArgs({ options: { role: { type: "string", default: "all" } } });
+  const role = values.role;
+  if (role !== "all" && role !== "watcher" && role !== "worker" && role !== "scheduler") {
+    throw new Error(`--role must be all, watcher, worker or scheduler, got "${role}"`);
+  }
+  const config = loadConfig(process.env);
+  const log = createLogger({ level: config.logLevel, pretty: config.logPretty }).child({
+    component: `operator-${role}`,
+  });
+  const kc = new KubeConfig();
+  kc.loadFromDefault();
+  const operator = await startOperator({ kc, config, log, role });
+  log.info(
+    { role, namespace: config.clusterWide ? "(cluster-wide)" : config.namespace },
+    "etcd operator running",
+  );
+  let stopping = false;
+  const shutdown = (signal: string) => {
+    if (stopping) return;
+    stopping = true;
+    log.info({ signal }, "shutting down");
+    operator.stop().then(
+      () => process.exit(0),
+      () => process.exit(1),
+    );
+  };
+  process.on("SIGTERM", () => shutdown("SIGTERM"));
+  process.on("SIGINT", () => shutdown("SIGINT"));
+}
+
+if (import.meta.url === `file://${process.argv[1]}`) {
+  main().catch((error: unknown) => {
+    process.stderr.write(
+      `etcd operator failed to start: ${error instanceof Error ? error.stack : String(error)}\n`,
+    );
+    process.exit(1);
+  });
+}

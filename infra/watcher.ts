@@ -1,0 +1,107 @@
+// The watcher: forwards EtcdCluster and member-pod events into the queue as "reconcile this
+// cluster". It keeps no state of its own beyond informer caches; on start the informers' initial
+// lists enqueue every existing cluster, which is also how the operator rebuilds its work after
+// Redis was wiped. Informers restart with backoff after watch errors and apiserver restarts.
+import {
+  CoreV1Api,
+  CustomObjectsApi,
+  type KubeConfig,
+  type KubernetesListObject,
+  type V1Pod,
+} from "@kubernetes/client-node";
+import type { Queue } from "bullmq";
+import type { Redis } from "ioredis";
+import { type EtcdCluster, GROUP, PLURAL, VERSION } from "../shared/api/etcd-cluster.ts";
+import type { OperatorConfig } from "../shared/config.ts";
+import { type ResilientInformer, resilientInformer } from "../shared/informer.ts";
+import type { Logger } from "../shared/log.ts";
+import { requestReconcile } from "../shared/queue.ts";
+import { inScope } from "../shared/scope.ts";
+
+export interface WatcherDeps {
+  kc: KubeConfig;
+  queue: Queue;
+  redis: Redis;
+  config: OperatorConfig;
+  log: Logger;
+}
+
+export interface Watcher {
+  stop(): Promise<void>;
+  /** Resolves once the first lists are in (every existing cluster has been enqueued). */
+  ready: Promise<void>;
+}
+
+export function startWatcher(deps: WatcherDeps): Watcher {
+  const { kc, config } = deps;
+  const log = deps.log.child({ component: "watcher" });
+  const custom = kc.makeApiClient(CustomObjectsApi);
+  const core = kc.makeApiClient(CoreV1Api);
+  const namespace = config.clusterWide ? undefined : config.namespace;
+  const clusterPath = namespace
+    ? `/apis/${GROUP}/${VERSION}/namespaces/${namespace}/${PLURAL}`
+    : `/apis/${GROUP}/${VERSION}/${PLURAL}`;
+  const podPath = namespace ? `/api/v1/namespaces/${namespace}/pods` : "/api/v1/pods";
+
+  const clusters: ResilientInformer<EtcdCluster> = resilientInformer(
+    kc,
+    clusterPath,
+    async () =>
+      (namespace
+        ? await custom.listNamespacedCustomObject({
+            group: GROUP,
+            version: VERSION,
+            namespace,
+            plural: PLURAL,
+          })
+        : await custom.listClusterCustomObject({
+            group: GROUP,
+            version: VERSION,
+            plural: PLURAL,
+          })) as KubernetesListObject<EtcdCluster>,
+    log,
+  );
+  const pods: ResilientInformer<V1Pod> = resilientInformer(
+    kc,
+    podPath,
+    () =>
+      namespace
+        ? core.listNamespacedPod({ namespace, labelSelector: "app=etcd" })
+        : core.listPodForAllNamespaces({ labelSelector: "app=etcd" }),
+    log,
+    "app=etcd",
+  );
+
+  const enqueue = (ns: string, name: string, reason: string) => {
+    requestReconcile(deps.queue, deps.redis, ns, name, { reason }).catch((error: unknown) =>
+      log.error({ err: error, cluster: `${ns}/${name}` }, "could not enqueue reconcile"),
+    );
+  };
+  const onCluster = (reason: string) => (cluster: EtcdCluster) => {
+    if (!inScope(cluster, config)) return;
+    enqueue(cluster.metadata?.namespace ?? "", cluster.metadata?.name ?? "", reason);
+  };
+  clusters.on("add", onCluster("added"));
+  clusters.on("update", onCluster("updated"));
+  const onPod = (reason: string) => (pod: V1Pod) => {
+    const owner = pod.metadata?.ownerReferences?.find((o) => o.kind === "EtcdCluster" && o.controller);
+    const ns = pod.metadata?.namespace ?? "";
+    if (!owner) return;
+    const cluster = clusters.get(owner.name, ns);
+    if (cluster && !inScope(cluster, config)) return;
+    enqueue(ns, owner.name, reason);
+  };
+  pods.on("add", onPod("pod added"));
+  pods.on("update", onPod("pod changed"));
+  pods.on("delete", onPod("pod deleted"));
+
+  const ready = Promise.all([clusters.start(), pods.start()]).then(() => {
+    log.info({ namespace: namespace ?? "(all)", clusters: clusters.list().length }, "watching");
+  });
+  return {
+    ready,
+    async stop() {
+      await Promise.all([clusters.stop(), pods.stop()]);
+    },
+  };
+}

@@ -1,0 +1,128 @@
+// The worker host: takes reconcile jobs from BullMQ and runs the reconcile function, one cluster
+// at a time per cluster (jobId per cluster + the Redis lease), many clusters in parallel.
+// - A step that must wait returns "check again in N ms": the job is moved to delayed, no sleep.
+// - A finished step chains: the job is delayed by 0 ms, so the next step starts at once.
+// - An invalid spec fails the job without retry (UnrecoverableError); other errors retry with
+//   exponential backoff; the resync scheduler is the safety net behind both.
+import { DelayedError, type Job, type Queue, UnrecoverableError, Worker } from "bullmq";
+import type { Redis } from "ioredis";
+import { reconcile } from "../functions/reconcile.ts";
+import type { OperatorConfig } from "../shared/config.ts";
+import type { Kube } from "../shared/kube.ts";
+import { acquireLease, LeaseLostError } from "../shared/lease.ts";
+import type { Logger } from "../shared/log.ts";
+import {
+  dirtyKey,
+  isReconcilePayload,
+  RECONCILE_QUEUE,
+  RESYNC_JOB,
+  requestReconcile,
+} from "../shared/queue.ts";
+import { inScope } from "../shared/scope.ts";
+
+export interface WorkerDeps {
+  kube: Kube;
+  /** For leases and dirty marks (and the queue handle for resync). */
+  redis: Redis;
+  /** A dedicated connection for the BullMQ Worker (it blocks on it). */
+  connection: Redis;
+  queue: Queue;
+  config: OperatorConfig;
+  log: Logger;
+}
+
+async function delay(job: Job, token: string | undefined, ms: number): Promise<never> {
+  await job.moveToDelayed(Date.now() + Math.max(0, ms), token);
+  throw new DelayedError();
+}
+
+/** Enqueues every cluster in scope; the job of the resync scheduler. */
+export async function resyncAll(
+  deps: Pick<WorkerDeps, "kube" | "redis" | "queue" | "config">,
+): Promise<number> {
+  const clusters = await deps.kube.listClusters(deps.config.clusterWide ? undefined : deps.config.namespace);
+  let count = 0;
+  for (const cluster of clusters) {
+    if (!inScope(cluster, deps.config)) continue;
+    await requestReconcile(
+      deps.queue,
+      deps.redis,
+      cluster.metadata?.namespace ?? "",
+      cluster.metadata?.name ?? "",
+      {
+        reason: "resync",
+        delayMs: 0,
+      },
+    );
+    count++;
+  }
+  return count;
+}
+
+export function createProcessor(deps: WorkerDeps) {
+  return async (job: Job, token?: string): Promise<unknown> => {
+    if (job.name === RESYNC_JOB) return { enqueued: await resyncAll(deps) };
+    if (!isReconcilePayload(job.data))
+      throw new UnrecoverableError(`invalid reconcile payload: ${JSON.stringify(job.data)}`);
+    const { namespace, name } = job.data;
+    const key = `${namespace}/${name}`;
+    const log = deps.log.child({ cluster: key, job: job.id, attempt: job.attemptsMade + 1 });
+
+    const acquired = await acquireLease(deps.redis, key, deps.config.leaseTtlMs);
+    if ("heldForMs" in acquired) {
+      log.debug({ heldForMs: acquired.heldForMs }, "another worker holds the cluster; retrying later");
+      return delay(job, token, Math.min(acquired.heldForMs, 1_000));
+    }
+    const { lease } = acquired;
+    // Events that arrive from now on mark the cluster dirty again; we look at the mark when done.
+    await deps.redis.del(dirtyKey(namespace, name));
+    let requeueAfterMs: number | undefined;
+    try {
+      const result = await reconcile(
+        { namespace, name },
+        {
+          kube: deps.kube,
+          log,
+          etcd: { timeoutMs: deps.config.etcdTimeoutMs },
+          guard: () => lease.guard(),
+        },
+      );
+      if (result.kind === "invalid") {
+        throw new UnrecoverableError(`invalid spec: ${result.problems.join("; ")}`);
+      }
+      if (result.kind === "step") {
+        log.debug({ step: result.step.kind, requeueAfterMs: result.outcome.requeueAfterMs }, "step done");
+        requeueAfterMs = result.outcome.requeueAfterMs;
+      }
+    } catch (error) {
+      if (error instanceof LeaseLostError) {
+        log.warn("lease lost mid-step; the new holder finishes the work");
+        return delay(job, token, 1_000);
+      }
+      throw error;
+    } finally {
+      await lease.release();
+    }
+    const dirty = (await deps.redis.exists(dirtyKey(namespace, name))) === 1;
+    if (dirty) requeueAfterMs = 0;
+    if (requeueAfterMs !== undefined) return delay(job, token, requeueAfterMs);
+    return { steady: true };
+  };
+}
+
+export function startWorker(deps: WorkerDeps): Worker {
+  const worker = new Worker(RECONCILE_QUEUE, createProcessor(deps), {
+    connection: deps.connection,
+    concurrency: deps.config.workerConcurrency,
+    // A killed worker's job is handed on after the lock lapses; steps are idempotent, so a
+    // stalled job is retried as often as it takes (the lease prevents overlap).
+    lockDuration: 10_000,
+    stalledInterval: 5_000,
+    maxStalledCount: 1_000,
+  });
+  worker.on("failed", (job, error) => {
+    deps.log.warn({ job: job?.id, err: error, attemptsMade: job?.attemptsMade }, "reconcile job failed");
+  });
+  worker.on("error", (error) => deps.log.error({ err: error }, "worker error"));
+  return worker;
+}

@@ -1,0 +1,912 @@
+// The EtcdCluster API (etcd.database.coreos.com/v1beta2), field for field as the coreos etcd-operator
+// defined it (pkg/apis/etcd/v1beta2/cluster.go), so manifests written for that operator apply
+// unchanged. Each TypeBox schema here is the one source for the TypeScript type, the runtime check and
+// (through infra/crds.ts) the CRD's OpenAPI schema, so `kubectl explain` reads these descriptions.
+// Checks a schema cannot express (supported etcd minors, reserved labels, readable messages) live in
+// validateEtcdClusterSpec below.
+
+import type {
+  V1Affinity,
+  V1EnvVarSource,
+  V1ObjectMeta,
+  V1PersistentVolumeClaimSpec,
+  V1PodSecurityContext,
+  V1ResourceRequirements,
+  V1Toleration,
+} from "@kubernetes/client-node";
+import { type Static, type TUnsafe, Type } from "@sinclair/typebox";
+import { Value } from "@sinclair/typebox/value";
+import { DEFAULT_ETCD_VERSION, ETCD_VERSIONS, minorOf } from "../etcd-versions.ts";
+
+// ---------------------------------------------------------------------------------------------------------
+// Names
+
+export const GROUP = "etcd.database.coreos.com";
+export const VERSION = "v1beta2";
+export const API_VERSION = `${GROUP}/${VERSION}`;
+export const KIND = "EtcdCluster";
+export const LIST_KIND = "EtcdClusterList";
+export const PLURAL = "etcdclusters";
+export const SINGULAR = "etcdcluster";
+/** coreos registered `etcd`, so `kubectl get etcd` keeps working. */
+export const SHORT_NAMES: readonly string[] = ["etcd"];
+export const CRD_NAME = `${PLURAL}.${GROUP}`;
+
+/** A cluster with this annotation is managed by a cluster-wide operator; namespaced operators ignore it. */
+export const SCOPE_ANNOTATION = `${GROUP}/scope`;
+export const SCOPE_CLUSTERWIDE = "clusterwide";
+
+export const DEFAULT_REPOSITORY = "quay.io/coreos/etcd";
+/** coreos's default init-container image; the init container waits for the member's DNS name. */
+export const DEFAULT_BUSYBOX_IMAGE = "busybox:1.28.0-glibc";
+/** coreos documented 1..7 but enforced nothing; more members only slow every write (each waits for a majority). */
+export const MAX_CLUSTER_SIZE = 9;
+/** Learners (add a member without risking quorum) arrived in etcd 3.4; older clusters cannot be scaled safely. */
+export const OLDEST_SUPPORTED_MINOR = "3.4";
+
+/** Pod labels the operator puts on its pods and selects them by (as coreos did). */
+export const RESERVED_LABEL_KEYS: readonly string[] = ["app"];
+export const RESERVED_LABEL_PREFIX = "etcd_";
+/** Pod annotations the operator writes itself. */
+export const RESERVED_ANNOTATIONS: readonly string[] = ["etcd.version"];
+
+/**
+ * etcd settings the operator passes as flags to every member (or that would move data off the member's
+ * volume). etcd ≥ 3.4 refuses to start when an ETCD_* variable shadows a flag, so setting one of these
+ * in etcdEnv would leave every new member crash-looping. A trailing `*` matches any suffix.
+ */
+export const OPERATOR_OWNED_ETCD_ENV: readonly string[] = [
+  "ETCD_NAME",
+  "ETCD_DATA_DIR",
+  "ETCD_WAL_DIR",
+  "ETCD_INITIAL_CLUSTER*",
+  "ETCD_INITIAL_ADVERTISE_PEER_URLS",
+  "ETCD_LISTEN_*",
+  "ETCD_ADVERTISE_*",
+  "ETCD_CERT_FILE",
+  "ETCD_KEY_FILE",
+  "ETCD_TRUSTED_CA_FILE",
+  "ETCD_CLIENT_CERT_AUTH",
+  "ETCD_PEER_CERT_FILE",
+  "ETCD_PEER_KEY_FILE",
+  "ETCD_PEER_TRUSTED_CA_FILE",
+  "ETCD_PEER_CLIENT_CERT_AUTH",
+];
+
+export function isOperatorOwnedEtcdEnv(name: string): boolean {
+  return OPERATOR_OWNED_ETCD_ENV.some((owned) =>
+    owned.endsWith("*") ? name.startsWith(owned.slice(0, -1)) : name === owned,
+  );
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Patterns shared by the schema (CEL rules the API server runs) and the validator below. RE2-compatible.
+
+/** "3.7.3" or "v3.7.3": the operator pulls `<repository>:v<version>`. */
+const VERSION_RE = "^v?([0-9]+)\\.([0-9]+)\\.([0-9]+)$";
+const DOMAIN_COMPONENT = "[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?";
+const PATH_COMPONENT = "[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*";
+/** An image name without tag or digest, per the Docker reference grammar: `[host[:port]/]path[/path…]`. */
+const REPOSITORY_RE = `^(?:${DOMAIN_COMPONENT}(?:\\.${DOMAIN_COMPONENT})*(?::[0-9]+)?/)?${PATH_COMPONENT}(?:/${PATH_COMPONENT})*$`;
+/** A full image reference: repository plus an optional tag and digest. */
+const IMAGE_RE = `${REPOSITORY_RE.slice(0, -1)}(?::[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?(?:@[a-z0-9]+:[a-f0-9]{32,})?$`;
+const DNS1123_LABEL = "[a-z0-9](?:[-a-z0-9]*[a-z0-9])?";
+const DNS1123_SUBDOMAIN_RE = `^${DNS1123_LABEL}(?:\\.${DNS1123_LABEL})*$`;
+const LABEL_NAME_RE = "^(?:[A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$";
+const LABEL_VALUE_RE = "^(?:(?:[A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$";
+/** Kubernetes' classic rule for environment variable names (what a shell and etcd can read back). */
+const ENV_NAME_RE = "^[-._a-zA-Z][-._a-zA-Z0-9]*$";
+
+/** A CEL string literal for `text`. */
+function cel(text: string): string {
+  return `'${text.replaceAll("\\", "\\\\").replaceAll("'", "\\'")}'`;
+}
+
+function ownedEnvRule(): string {
+  const exact = OPERATOR_OWNED_ETCD_ENV.filter((n) => !n.endsWith("*"));
+  const prefixes = OPERATOR_OWNED_ETCD_ENV.filter((n) => n.endsWith("*")).map((n) => n.slice(0, -1));
+  return [
+    `!(self.name in [${exact.map(cel).join(", ")}])`,
+    ...prefixes.map((p) => `!self.name.startsWith(${cel(p)})`),
+  ].join(" && ");
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Schema helpers
+
+/**
+ * An embedded Kubernetes type (affinity, resources, …): kept whole by the API server
+ * (x-kubernetes-preserve-unknown-fields) and checked by Kubernetes when the operator creates the pod,
+ * typed in TypeScript as the client library's model.
+ */
+function embedded<T>(description: string): TUnsafe<T> {
+  // An Object kind (not a bare Unsafe) so TypeBox's Value functions can still check it is an object.
+  return Type.Unsafe<T>(Type.Object({}, { description, "x-kubernetes-preserve-unknown-fields": true }));
+}
+
+function stringMap(description: string, options: Record<string, unknown> = {}) {
+  return Type.Record(Type.String(), Type.String(), { description, ...options });
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Spec
+
+export const EnvVarSchema = Type.Object(
+  {
+    name: Type.String({
+      description: "Name of the environment variable, e.g. ETCD_AUTO_COMPACTION_RETENTION.",
+    }),
+    value: Type.Optional(Type.String({ description: "The variable's value. Defaults to the empty string." })),
+    valueFrom: Type.Optional(
+      embedded<V1EnvVarSource>(
+        "Where to read the value from instead of `value`: a Secret or ConfigMap key, or a field of the pod " +
+          "(a Kubernetes EnvVarSource).",
+      ),
+    ),
+  },
+  {
+    description: "An environment variable for the etcd container (a Kubernetes EnvVar).",
+    "x-kubernetes-validations": [
+      {
+        rule: ownedEnvRule(),
+        messageExpression: `self.name + ' is set by the operator itself (from the cluster spec) and cannot be given in etcdEnv'`,
+      },
+      {
+        rule: "!(has(self.value) && has(self.valueFrom))",
+        message: "give either value or valueFrom, not both",
+      },
+    ],
+  },
+);
+export type EnvVar = Static<typeof EnvVarSchema>;
+
+export const PodPolicySchema = Type.Object(
+  {
+    labels: Type.Optional(
+      stringMap(
+        'Labels added to every etcd pod. The keys "app" and "etcd_*" are reserved: the operator labels its ' +
+          "pods with them and finds its pods by them.",
+        {
+          "x-kubernetes-validations": [
+            {
+              rule: `self.all(k, !(k in [${RESERVED_LABEL_KEYS.map(cel).join(", ")}]) && !k.startsWith(${cel(RESERVED_LABEL_PREFIX)}))`,
+              message: `the labels "app" and "etcd_*" are reserved for the operator's own pod labels`,
+            },
+          ],
+        },
+      ),
+    ),
+    nodeSelector: Type.Optional(
+      stringMap(
+        "Node labels a node must carry for etcd pods to be scheduled on it (the pod's nodeSelector).",
+      ),
+    ),
+    affinity: Type.Optional(
+      embedded<V1Affinity>("Scheduling constraints for the etcd pods (a Kubernetes Affinity)."),
+    ),
+    antiAffinity: Type.Optional(
+      Type.Boolean({
+        description:
+          "Deprecated: use affinity. When true, no two members of this cluster are scheduled on the same node.",
+      }),
+    ),
+    resources: Type.Optional(
+      embedded<V1ResourceRequirements>(
+        "Compute resources (requests and limits) of the etcd container (a Kubernetes ResourceRequirements). " +
+          "Applies to members created after a change.",
+      ),
+    ),
+    tolerations: Type.Optional(
+      Type.Array(embedded<V1Toleration>("A Kubernetes Toleration."), {
+        description: "Tolerations of the etcd pods, to let them run on tainted nodes.",
+      }),
+    ),
+    etcdEnv: Type.Optional(
+      Type.Array(EnvVarSchema, {
+        description:
+          "Environment variables for the etcd container, to configure etcd through ETCD_* variables " +
+          "(e.g. ETCD_AUTO_COMPACTION_RETENTION). Variables for the settings the operator passes as flags " +
+          `(${OPERATOR_OWNED_ETCD_ENV.join(", ")}) are rejected: etcd refuses to start when a variable ` +
+          "shadows a flag. Applies to members created after a change.",
+        maxItems: 256,
+      }),
+    ),
+    persistentVolumeClaimSpec: Type.Optional(
+      embedded<V1PersistentVolumeClaimSpec>(
+        "When given, each member keeps its data on a PersistentVolumeClaim made from this spec (a Kubernetes " +
+          "PersistentVolumeClaimSpec) instead of an emptyDir that is lost with the pod.",
+      ),
+    ),
+    annotations: Type.Optional(
+      stringMap(
+        'Annotations added to every etcd pod. "etcd.version" is reserved: the operator records the member\'s ' +
+          "etcd version in it.",
+        {
+          "x-kubernetes-validations": [
+            {
+              rule: RESERVED_ANNOTATIONS.map((a) => `!(${cel(a)} in self)`).join(" && "),
+              message: `the annotation "etcd.version" is reserved for the operator`,
+            },
+          ],
+        },
+      ),
+    ),
+    busyboxImage: Type.Optional(
+      Type.String({
+        description:
+          "Image of the init container that waits until the member's DNS name resolves; it needs a shell and " +
+          `nslookup. Default "${DEFAULT_BUSYBOX_IMAGE}".`,
+      }),
+    ),
+    securityContext: Type.Optional(
+      embedded<V1PodSecurityContext>(
+        "Security context of the etcd pods (a Kubernetes PodSecurityContext), e.g. runAsUser and fsGroup.",
+      ),
+    ),
+    DNSTimeoutInSecond: Type.Optional(
+      Type.Integer({
+        minimum: 0,
+        description:
+          "How long, in seconds, the init container waits for the member's DNS name before the pod fails. " +
+          "0 (the default) waits forever.",
+      }),
+    ),
+    ClusterDomain: Type.Optional(
+      Type.String({
+        description:
+          'The Kubernetes cluster domain appended to member DNS names, e.g. ".cluster.local" (the leading dot ' +
+          "is optional). Empty (the default) uses the short form <pod>.<cluster>.<namespace>.svc.",
+      }),
+    ),
+  },
+  {
+    description:
+      "How the operator builds the etcd pods. Changes apply to members created afterwards; running members " +
+      "keep the pod they were created with.",
+  },
+);
+export type PodPolicy = Static<typeof PodPolicySchema>;
+
+export const MemberSecretSchema = Type.Object(
+  {
+    peerSecret: Type.Optional(
+      Type.String({
+        description:
+          "Secret with the certificate each member uses for peer traffic: keys peer.crt, peer.key and " +
+          "peer-ca.crt. Enables TLS between members.",
+      }),
+    ),
+    serverSecret: Type.Optional(
+      Type.String({
+        description:
+          "Secret with the certificate each member serves clients with: keys server.crt, server.key and " +
+          "server-ca.crt. Enables TLS for clients; needs operatorSecret.",
+      }),
+    ),
+  },
+  { description: "Secrets with the TLS certificates of the etcd members." },
+);
+
+export const StaticTLSSchema = Type.Object(
+  {
+    member: Type.Optional(MemberSecretSchema),
+    operatorSecret: Type.Optional(
+      Type.String({
+        description:
+          "Secret with the client certificate the operator talks to the members with: keys etcd-client.crt, " +
+          "etcd-client.key and etcd-client-ca.crt. Required exactly when member.serverSecret is set.",
+      }),
+    ),
+  },
+  {
+    description: "TLS from certificates you create and store in Secrets in the cluster's namespace.",
+    "x-kubernetes-validations": [
+      {
+        rule: "has(self.operatorSecret) == (has(self.member) && has(self.member.serverSecret))",
+        message:
+          "operatorSecret and member.serverSecret go together: with client TLS the operator needs operatorSecret " +
+          "to reach the members",
+      },
+    ],
+  },
+);
+
+export const TLSPolicySchema = Type.Object(
+  { static: Type.Optional(StaticTLSSchema) },
+  { description: "TLS for the cluster's peer and client traffic. Without it, etcd speaks plain HTTP." },
+);
+export type TLSPolicy = Static<typeof TLSPolicySchema>;
+
+export const EtcdClusterSpecSchema = Type.Object(
+  {
+    size: Type.Integer({
+      minimum: 1,
+      maximum: MAX_CLUSTER_SIZE,
+      description:
+        `The number of etcd members, from 1 to ${MAX_CLUSTER_SIZE}. The operator adds or removes one member at ` +
+        "a time until the cluster has this many. Odd sizes are recommended: a cluster of n members survives " +
+        "the loss of (n-1)/2 of them, so an even size tolerates no more failures than one member fewer.",
+    }),
+    repository: Type.Optional(
+      Type.String({
+        default: DEFAULT_REPOSITORY,
+        maxLength: 255,
+        description:
+          "The image repository of etcd, without a tag: members run <repository>:v<version>. It must carry the " +
+          `same tags as the official etcd images. Default "${DEFAULT_REPOSITORY}".`,
+        "x-kubernetes-validations": [
+          {
+            rule: `self.matches(${cel(REPOSITORY_RE)})`,
+            message: `repository must be an image repository without a tag, like "${DEFAULT_REPOSITORY}" (the operator adds ":v<version>" itself)`,
+          },
+        ],
+      }),
+    ),
+    version: Type.Optional(
+      Type.String({
+        default: DEFAULT_ETCD_VERSION,
+        maxLength: 64,
+        description:
+          `The etcd version the members run, e.g. "${DEFAULT_ETCD_VERSION}" (a leading "v" is allowed). Changing ` +
+          "it upgrades the members one at a time, one minor version per step. " +
+          `Supported: ${supportedMinors().join(", ")}. Default "${DEFAULT_ETCD_VERSION}".`,
+        "x-kubernetes-validations": [
+          {
+            rule: `self.matches(${cel(VERSION_RE)})`,
+            message: `version must be an etcd release like "${DEFAULT_ETCD_VERSION}" (a leading "v" is allowed)`,
+          },
+        ],
+      }),
+    ),
+    paused: Type.Optional(
+      Type.Boolean({
+        description:
+          "When true, the operator stops changing the cluster (no members added, removed or upgraded) until " +
+          "it is set back to false. Status is still reported.",
+      }),
+    ),
+    pod: Type.Optional(PodPolicySchema),
+    TLS: Type.Optional(TLSPolicySchema),
+  },
+  { description: "The etcd cluster you want: its size, etcd version and how its pods are built." },
+);
+export type EtcdClusterSpec = Static<typeof EtcdClusterSpecSchema>;
+
+// ---------------------------------------------------------------------------------------------------------
+// Status
+
+export const ClusterPhaseSchema = Type.Union(
+  [Type.Literal(""), Type.Literal("Creating"), Type.Literal("Running"), Type.Literal("Failed")],
+  {
+    description:
+      'The coreos-compatible summary: "" before the operator looked at the cluster, "Creating" while the first ' +
+      'members start, "Running" once the cluster serves, "Failed" when the operator gave up on it. ' +
+      "The conditions say more.",
+  },
+);
+export type ClusterPhase = Static<typeof ClusterPhaseSchema>;
+
+export const ClusterConditionSchema = Type.Object(
+  {
+    type: Type.String({
+      description:
+        "The condition's type: Available, Progressing or Degraded (coreos also used Scaling, Upgrading).",
+    }),
+    status: Type.Union([Type.Literal("True"), Type.Literal("False"), Type.Literal("Unknown")], {
+      description: "True, False or Unknown.",
+    }),
+    reason: Type.Optional(Type.String({ description: "Why the condition has its status, in CamelCase." })),
+    message: Type.Optional(Type.String({ description: "A sentence for people about the condition." })),
+    lastTransitionTime: Type.Optional(
+      Type.String({ description: "When the status last changed (RFC 3339)." }),
+    ),
+    lastUpdateTime: Type.Optional(
+      Type.String({ description: "When the condition was last written (RFC 3339)." }),
+    ),
+    observedGeneration: Type.Optional(
+      Type.Integer({ minimum: 0, description: "The metadata.generation the condition was computed from." }),
+    ),
+  },
+  { description: "One aspect of the cluster's state." },
+);
+export type ClusterCondition = Static<typeof ClusterConditionSchema>;
+
+export const MembersStatusSchema = Type.Object(
+  {
+    ready: Type.Optional(
+      Type.Array(Type.String(), {
+        description: "Members that serve requests (their names are their pod names).",
+      }),
+    ),
+    unready: Type.Optional(Type.Array(Type.String(), { description: "Members that do not serve requests." })),
+  },
+  { description: "The members by readiness." },
+);
+export type MembersStatus = Static<typeof MembersStatusSchema>;
+
+export const EtcdClusterStatusSchema = Type.Object(
+  {
+    phase: Type.Optional(ClusterPhaseSchema),
+    reason: Type.Optional(
+      Type.String({ description: "Why the cluster is in its phase, e.g. why it failed." }),
+    ),
+    controlPaused: Type.Optional(
+      Type.Boolean({ description: "True while spec.paused stops the operator from changing the cluster." }),
+    ),
+    conditions: Type.Optional(
+      Type.Array(ClusterConditionSchema, {
+        description: "The cluster's conditions: Available, Progressing and Degraded.",
+        "x-kubernetes-list-type": "map",
+        "x-kubernetes-list-map-keys": ["type"],
+      }),
+    ),
+    size: Type.Optional(
+      Type.Integer({ minimum: 0, description: "The number of members the cluster has now." }),
+    ),
+    selector: Type.Optional(
+      Type.String({
+        description:
+          "The label selector of the member pods, for the scale subresource (e.g. for autoscalers).",
+      }),
+    ),
+    serviceName: Type.Optional(Type.String({ description: "The Service clients reach etcd through." })),
+    clientPort: Type.Optional(
+      Type.Integer({ description: "The etcd client port, on the Service and the members." }),
+    ),
+    clientURL: Type.Optional(
+      Type.String({
+        description: "The URL clients in the cluster reach etcd at, e.g. http://<name>-client.<ns>.svc:2379.",
+      }),
+    ),
+    members: Type.Optional(MembersStatusSchema),
+    readyMembers: Type.Optional(Type.Integer({ minimum: 0, description: "How many members are ready." })),
+    targetVersion: Type.Optional(
+      Type.String({
+        description: "The version the members are being upgraded to; empty when not upgrading.",
+      }),
+    ),
+    currentVersion: Type.Optional(
+      Type.String({ description: "The etcd version the cluster runs (the oldest of its members)." }),
+    ),
+    observedGeneration: Type.Optional(
+      Type.Integer({ minimum: 0, description: "The metadata.generation this status was computed from." }),
+    ),
+  },
+  { description: "What the operator last observed of the cluster. Written by the operator only." },
+);
+export type EtcdClusterStatus = Static<typeof EtcdClusterStatusSchema>;
+
+export interface EtcdCluster {
+  apiVersion: string;
+  kind: string;
+  metadata: V1ObjectMeta;
+  spec: EtcdClusterSpec;
+  status?: EtcdClusterStatus;
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Validation and normalization
+
+/** The spec with defaults filled in and the version without its "v". */
+export interface NormalizedSpec {
+  size: number;
+  repository: string;
+  version: string;
+  paused: boolean;
+  pod: PodPolicy;
+  TLS?: TLSPolicy;
+}
+
+export type SpecValidation =
+  | { ok: true; spec: NormalizedSpec; warnings: string[] }
+  | { ok: false; problems: string[] };
+
+/** "3.4" … the newest minor we build: every minor the operator accepts. */
+export function supportedMinors(): string[] {
+  const newest = parseMinor(minorOf(DEFAULT_ETCD_VERSION));
+  const oldest = parseMinor(OLDEST_SUPPORTED_MINOR);
+  const minors: string[] = [];
+  for (let minor = oldest; minor <= newest; minor++) minors.push(`3.${minor}`);
+  return minors;
+}
+
+/** The minors this operator builds and tests: the ones to suggest. */
+function testedMinors(): string[] {
+  return ETCD_VERSIONS.map(minorOf);
+}
+
+function parseMinor(minor: string): number {
+  return Number(minor.split(".")[1]);
+}
+
+function listInWords(items: string[]): string {
+  if (items.length <= 1) return items.join("");
+  return `${items.slice(0, -1).join(", ")} or ${items[items.length - 1]}`;
+}
+
+interface Problem {
+  path: string;
+  message: string;
+}
+
+type Json = Record<string, unknown>;
+
+function isRecord(value: unknown): value is Json {
+  return typeof value === "object" && value !== null && !Array.isArray(value);
+}
+
+function show(value: unknown): string {
+  return typeof value === "string" ? JSON.stringify(value) : (JSON.stringify(value) ?? String(value));
+}
+
+const matches = (re: string, value: string): boolean => new RegExp(re).test(value);
+
+/**
+ * Checks an EtcdCluster spec (as read from the API or a manifest) beyond what the CRD schema enforces and
+ * fills in its defaults. Problems are whole sentences naming the field, for conditions, Events and
+ * admission responses.
+ */
+export function validateEtcdClusterSpec(spec: unknown): SpecValidation {
+  if (!isRecord(spec)) {
+    return { ok: false, problems: [`spec must be an object with at least spec.size (got ${show(spec)})`] };
+  }
+  const problems: Problem[] = [];
+  const warnings: string[] = [];
+  checkSize(spec.size, problems, warnings);
+  const version = checkVersion(spec.version ?? DEFAULT_ETCD_VERSION, problems, warnings);
+  const repository = spec.repository ?? DEFAULT_REPOSITORY;
+  checkRepository(repository, problems);
+  if (spec.paused !== undefined && typeof spec.paused !== "boolean") {
+    problems.push({
+      path: "spec.paused",
+      message: `spec.paused must be true or false (got ${show(spec.paused)})`,
+    });
+  }
+  if (spec.pod !== undefined) checkPod(spec.pod, problems);
+  if (spec.TLS !== undefined) checkTls(spec.TLS, problems);
+  // Whatever else the schema finds (a wrong type deep in the pod policy, say), unless a check above
+  // already explained that field better.
+  for (const error of Value.Errors(EtcdClusterSpecSchema, spec)) {
+    const path = `spec${pointerToPath(error.path)}`;
+    const key = canonical(path);
+    if (problems.some((p) => key === canonical(p.path) || key.startsWith(`${canonical(p.path)}.`))) continue;
+    problems.push({ path, message: `${path}: ${error.message.toLowerCase()} (got ${show(error.value)})` });
+  }
+  if (problems.length > 0 || version === undefined || typeof repository !== "string") {
+    return { ok: false, problems: problems.map((p) => p.message) };
+  }
+  const valid = spec as EtcdClusterSpec;
+  const normalized: NormalizedSpec = {
+    size: valid.size,
+    repository,
+    version,
+    paused: valid.paused ?? false,
+    pod: valid.pod ?? {},
+  };
+  if (valid.TLS !== undefined) normalized.TLS = valid.TLS;
+  return { ok: true, spec: normalized, warnings };
+}
+
+/** `a["b"][0]` → "a.b.0", to compare paths however they were written. */
+function canonical(path: string): string {
+  return path.replace(/\[("(?:[^"\\]|\\.)*"|[0-9]+)\]/g, (_, inner: string) =>
+    inner.startsWith('"') ? `.${JSON.parse(inner)}` : `.${inner}`,
+  );
+}
+
+/** "/pod/etcdEnv/0/name" → ".pod.etcdEnv[0].name" */
+function pointerToPath(pointer: string): string {
+  return pointer
+    .split("/")
+    .slice(1)
+    .map((segment) => segment.replaceAll("~1", "/").replaceAll("~0", "~"))
+    .map((segment) =>
+      /^[0-9]+$/.test(segment)
+        ? `[${segment}]`
+        : /^[A-Za-z_][A-Za-z0-9_]*$/.test(segment)
+          ? `.${segment}`
+          : `[${JSON.stringify(segment)}]`,
+    )
+    .join("");
+}
+
+function checkSize(size: unknown, problems: Problem[], warnings: string[]): void {
+  const path = "spec.size";
+  if (size === undefined) {
+    problems.push({ path, message: "spec.size is required: the number of etcd members, e.g. 3" });
+  } else if (typeof size !== "number" || !Number.isInteger(size)) {
+    problems.push({ path, message: `spec.size must be a whole number of members (got ${show(size)})` });
+  } else if (size < 1) {
+    problems.push({
+      path,
+      message: `spec.size ${size} is too small: an etcd cluster needs at least 1 member`,
+    });
+  } else if (size > MAX_CLUSTER_SIZE) {
+    problems.push({
+      path,
+      message:
+        `spec.size ${size} is too large: this operator runs at most ${MAX_CLUSTER_SIZE} members, because every ` +
+        "write waits for a majority of them; 3, 5 or 7 are the usual sizes",
+    });
+  } else if (size % 2 === 0) {
+    warnings.push(
+      `spec.size ${size} is even: it tolerates no more failed members than ${size - 1} would; ` +
+        `an odd size (${size - 1} or ${size + 1}) is recommended`,
+    );
+  }
+}
+
+/** The version without "v", or undefined after recording why it cannot be used. */
+function checkVersion(version: unknown, problems: Problem[], warnings: string[]): string | undefined {
+  const path = "spec.version";
+  const suggestion = `use ${listInWords(testedMinors())} (e.g. "${DEFAULT_ETCD_VERSION}")`;
+  if (typeof version !== "string") {
+    problems.push({
+      path,
+      message: `spec.version must be a string like "${DEFAULT_ETCD_VERSION}" (got ${show(version)})`,
+    });
+    return undefined;
+  }
+  const parts = new RegExp(VERSION_RE).exec(version);
+  if (!parts) {
+    problems.push({
+      path,
+      message:
+        `spec.version ${show(version)} is not an etcd release: give major.minor.patch like ` +
+        `"${DEFAULT_ETCD_VERSION}" (a leading "v" is allowed)`,
+    });
+    return undefined;
+  }
+  const [major, minor] = [Number(parts[1]), Number(parts[2])];
+  const oldest = parseMinor(OLDEST_SUPPORTED_MINOR);
+  const newest = parseMinor(minorOf(DEFAULT_ETCD_VERSION));
+  const notSupported = `spec.version ${show(version)} is not supported`;
+  if (major < 3 || (major === 3 && minor < oldest)) {
+    problems.push({
+      path,
+      message: `${notSupported}: etcd older than ${OLDEST_SUPPORTED_MINOR} cannot be run by this operator; ${suggestion}`,
+    });
+    return undefined;
+  }
+  if (major > 3 || minor > newest) {
+    problems.push({
+      path,
+      message: `${notSupported}: etcd ${major}.${minor} is newer than this operator knows (newest: 3.${newest}); ${suggestion}`,
+    });
+    return undefined;
+  }
+  const normalized = version.replace(/^v/, "");
+  if (!testedMinors().includes(minorOf(normalized))) {
+    warnings.push(
+      `spec.version ${show(version)}: etcd 3.${minor} runs but is not tested by this operator; ${suggestion}`,
+    );
+  }
+  return normalized;
+}
+
+function checkRepository(repository: unknown, problems: Problem[]): void {
+  const path = "spec.repository";
+  const example = `like "${DEFAULT_REPOSITORY}"`;
+  if (typeof repository !== "string") {
+    problems.push({ path, message: `spec.repository must be a string ${example} (got ${show(repository)})` });
+    return;
+  }
+  const forbidden = [...new Set(repository.match(/[^A-Za-z0-9._\-/:@]/g) ?? [])];
+  const lastSegment = repository.slice(repository.lastIndexOf("/") + 1);
+  if (forbidden.length > 0) {
+    problems.push({
+      path,
+      message:
+        `spec.repository ${show(repository)} contains characters that cannot appear in an image repository ` +
+        `(${forbidden.map(show).join(", ")}): give a repository ${example}`,
+    });
+  } else if (lastSegment.includes(":") || repository.includes("@")) {
+    problems.push({
+      path,
+      message:
+        `spec.repository ${show(repository)} must not carry a tag or digest: the operator runs ` +
+        `<repository>:v<spec.version>, so give ${show(repository.replace(/(@.*|:[^/:]*)$/, ""))} and set spec.version`,
+    });
+  } else if (repository.length > 255 || !matches(REPOSITORY_RE, repository)) {
+    problems.push({
+      path,
+      message:
+        `spec.repository ${show(repository)} is not a valid image repository: give [registry[:port]/]path ` +
+        `with a lower-case path, ${example}`,
+    });
+  }
+}
+
+/** A label key: an optional DNS subdomain and "/", then a name of ≤ 63 characters. */
+function labelKeyProblem(key: string): string | undefined {
+  const slash = key.indexOf("/");
+  const prefix = slash >= 0 ? key.slice(0, slash) : undefined;
+  const name = slash >= 0 ? key.slice(slash + 1) : key;
+  if (prefix !== undefined && (prefix.length > 253 || !matches(DNS1123_SUBDOMAIN_RE, prefix))) {
+    return `its prefix ${show(prefix)} must be a lower-case DNS subdomain like "example.com"`;
+  }
+  if (name.length === 0 || name.length > 63 || !matches(LABEL_NAME_RE, name)) {
+    return (
+      `its name ${show(name)} must be 1 to 63 letters, digits, "-", "_" or "." and start and end with ` +
+      "a letter or digit"
+    );
+  }
+  return undefined;
+}
+
+function checkStringMap(
+  value: unknown,
+  path: string,
+  what: "label" | "annotation",
+  problems: Problem[],
+): Json | undefined {
+  if (!isRecord(value)) {
+    problems.push({
+      path,
+      message: `${path} must be a map of ${what} keys to string values (got ${show(value)})`,
+    });
+    return undefined;
+  }
+  for (const [key, v] of Object.entries(value)) {
+    const at = `${path}[${JSON.stringify(key)}]`;
+    const keyProblem = labelKeyProblem(key);
+    if (keyProblem) {
+      problems.push({ path: at, message: `${path} has an invalid ${what} key ${show(key)}: ${keyProblem}` });
+    } else if (typeof v !== "string") {
+      problems.push({
+        path: at,
+        message: `${at} must be a string (got ${show(v)}); quote numbers and booleans`,
+      });
+    } else if (what === "label" && (v.length > 63 || !matches(LABEL_VALUE_RE, v))) {
+      problems.push({
+        path: at,
+        message:
+          `${at} has an invalid value ${show(v)}: label values are at most 63 letters, digits, "-", "_" or "." ` +
+          "and start and end with a letter or digit",
+      });
+    }
+  }
+  return value;
+}
+
+function checkPod(pod: unknown, problems: Problem[]): void {
+  const path = "spec.pod";
+  if (!isRecord(pod)) {
+    problems.push({ path, message: `spec.pod must be an object (got ${show(pod)})` });
+    return;
+  }
+  if (pod.labels !== undefined) {
+    const labels = checkStringMap(pod.labels, `${path}.labels`, "label", problems);
+    for (const key of Object.keys(labels ?? {})) {
+      if (RESERVED_LABEL_KEYS.includes(key) || key.startsWith(RESERVED_LABEL_PREFIX)) {
+        problems.push({
+          path: `${path}.labels[${JSON.stringify(key)}]`,
+          message:
+            `spec.pod.labels must not set ${show(key)}: the operator labels its pods with "app" and "etcd_*" ` +
+            "and finds them by those labels",
+        });
+      }
+    }
+  }
+  if (pod.nodeSelector !== undefined)
+    checkStringMap(pod.nodeSelector, `${path}.nodeSelector`, "label", problems);
+  if (pod.annotations !== undefined) {
+    const annotations = checkStringMap(pod.annotations, `${path}.annotations`, "annotation", problems);
+    for (const key of Object.keys(annotations ?? {})) {
+      if (RESERVED_ANNOTATIONS.includes(key)) {
+        problems.push({
+          path: `${path}.annotations[${JSON.stringify(key)}]`,
+          message: `spec.pod.annotations must not set ${show(key)}: the operator records each member's etcd version in it`,
+        });
+      }
+    }
+  }
+  if (pod.etcdEnv !== undefined) checkEtcdEnv(pod.etcdEnv, problems);
+  if (pod.busyboxImage !== undefined) {
+    const image = pod.busyboxImage;
+    if (typeof image !== "string" || image.length > 512 || !matches(IMAGE_RE, image)) {
+      problems.push({
+        path: `${path}.busyboxImage`,
+        message: `spec.pod.busyboxImage ${show(image)} is not a valid image reference, e.g. "${DEFAULT_BUSYBOX_IMAGE}"`,
+      });
+    }
+  }
+  const timeout = pod.DNSTimeoutInSecond;
+  if (timeout !== undefined && (typeof timeout !== "number" || !Number.isInteger(timeout) || timeout < 0)) {
+    problems.push({
+      path: `${path}.DNSTimeoutInSecond`,
+      message: `spec.pod.DNSTimeoutInSecond must be a whole number of seconds, 0 or more (got ${show(timeout)})`,
+    });
+  }
+  const domain = pod.ClusterDomain;
+  if (domain !== undefined && domain !== "") {
+    const bare = typeof domain === "string" ? domain.replace(/^\./, "") : domain;
+    if (typeof bare !== "string" || bare.length > 253 || !matches(DNS1123_SUBDOMAIN_RE, bare)) {
+      problems.push({
+        path: `${path}.ClusterDomain`,
+        message: `spec.pod.ClusterDomain ${show(domain)} must be a lower-case DNS domain like ".cluster.local"`,
+      });
+    }
+  }
+}
+
+function checkEtcdEnv(env: unknown, problems: Problem[]): void {
+  const path = "spec.pod.etcdEnv";
+  if (!Array.isArray(env)) {
+    problems.push({ path, message: `${path} must be a list of {name, value} entries (got ${show(env)})` });
+    return;
+  }
+  const seen = new Set<string>();
+  env.forEach((entry: unknown, index) => {
+    const at = `${path}[${index}]`;
+    if (!isRecord(entry) || typeof entry.name !== "string") {
+      problems.push({ path: at, message: `${at} must be an entry with a name (got ${show(entry)})` });
+      return;
+    }
+    const name = entry.name;
+    if (!matches(ENV_NAME_RE, name)) {
+      problems.push({
+        path: at,
+        message: `${at} has an invalid name ${show(name)}: use letters, digits, "_", "-" or ".", not starting with a digit`,
+      });
+    } else if (isOperatorOwnedEtcdEnv(name)) {
+      problems.push({
+        path: at,
+        message:
+          `${at} sets ${name}, which the operator sets itself from the cluster spec (etcd would refuse to ` +
+          "start with both); remove it. `kubectl explain etcdcluster.spec.pod.etcdEnv` lists the variables " +
+          "the operator owns",
+      });
+    } else if (seen.has(name)) {
+      problems.push({ path: at, message: `${at} sets ${name} a second time; keep one entry` });
+    } else if (entry.value !== undefined && entry.valueFrom !== undefined) {
+      problems.push({ path: at, message: `${at} (${name}) gives both value and valueFrom; keep one` });
+    }
+    seen.add(name);
+  });
+}
+
+function checkTls(tls: unknown, problems: Problem[]): void {
+  if (!isRecord(tls)) {
+    problems.push({ path: "spec.TLS", message: `spec.TLS must be an object (got ${show(tls)})` });
+    return;
+  }
+  if (tls.static === undefined) return;
+  const staticTls = tls.static;
+  if (!isRecord(staticTls)) {
+    problems.push({
+      path: "spec.TLS.static",
+      message: `spec.TLS.static must be an object (got ${show(staticTls)})`,
+    });
+    return;
+  }
+  const member = isRecord(staticTls.member) ? staticTls.member : {};
+  const secrets: [string, unknown][] = [
+    ["spec.TLS.static.member.peerSecret", member.peerSecret],
+    ["spec.TLS.static.member.serverSecret", member.serverSecret],
+    ["spec.TLS.static.operatorSecret", staticTls.operatorSecret],
+  ];
+  for (const [path, name] of secrets) {
+    if (name === undefined) continue;
+    if (typeof name !== "string" || name.length > 253 || !matches(DNS1123_SUBDOMAIN_RE, name)) {
+      problems.push({
+        path,
+        message: `${path} ${show(name)} is not a valid Secret name: use lower-case letters, digits, "-" and "."`,
+      });
+    }
+  }
+  // coreos's rule: client TLS on the members means the operator needs a client certificate, and a client
+  // certificate without client TLS is a mistake.
+  const hasServer = typeof member.serverSecret === "string" && member.serverSecret !== "";
+  const hasOperator = typeof staticTls.operatorSecret === "string" && staticTls.operatorSecret !== "";
+  if (hasServer !== hasOperator) {
+    problems.push({
+      path: "spec.TLS.static",
+      message: hasServer
+        ? "spec.TLS.static.member.serverSecret is set but operatorSecret is not: the operator needs a client " +
+          "certificate (operatorSecret) to reach members that serve clients over TLS"
+        : "spec.TLS.static.operatorSecret is set but member.serverSecret is not: give the members a server " +
+          "certificate too, or drop operatorSecret",
+    });
+  }
+}

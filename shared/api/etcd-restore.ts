@@ -1,0 +1,80 @@
+// The EtcdRestore API (etcd.database.coreos.com/v1beta2), field for field as coreos's restore operator
+// defined it (pkg/apis/etcd/v1beta2/restore_types.go): it names an EtcdCluster and a backup, and the
+// cluster is recreated from that backup.
+
+import type { V1ObjectMeta } from "@kubernetes/client-node";
+import { type Static, Type } from "@sinclair/typebox";
+import {
+  ABSSourceSchema,
+  BackupStorageTypeSchema,
+  GCSSourceSchema,
+  OSSSourceSchema,
+  S3SourceSchema,
+  storageSectionRule,
+} from "./etcd-backup.ts";
+import { GROUP } from "./etcd-cluster.ts";
+
+export const RESTORE_KIND = "EtcdRestore";
+export const RESTORE_LIST_KIND = "EtcdRestoreList";
+export const RESTORE_PLURAL = "etcdrestores";
+export const RESTORE_SINGULAR = "etcdrestore";
+export const RESTORE_CRD_NAME = `${RESTORE_PLURAL}.${GROUP}`;
+
+/**
+ * CEL rules on the whole EtcdRestore. coreos served the backup to the new members under the restore's
+ * name and looked it up by the cluster's, so the two names must match.
+ */
+export const RESTORE_OBJECT_VALIDATIONS = [
+  {
+    rule: "self.metadata.name == self.spec.etcdCluster.name",
+    message: "metadata.name must be the same as spec.etcdCluster.name",
+  },
+];
+
+export const EtcdClusterRefSchema = Type.Object(
+  {
+    name: Type.String({
+      minLength: 1,
+      description: "Name of the EtcdCluster, in the namespace of this EtcdRestore.",
+    }),
+  },
+  {
+    description:
+      "The EtcdCluster to restore. Its metadata and spec are kept; the cluster and all its members are deleted " +
+      "and created again from the backup.",
+  },
+);
+export type EtcdClusterRef = Static<typeof EtcdClusterRefSchema>;
+
+export const EtcdRestoreSpecSchema = Type.Object(
+  {
+    etcdCluster: EtcdClusterRefSchema,
+    backupStorageType: BackupStorageTypeSchema,
+    s3: Type.Optional(S3SourceSchema),
+    abs: Type.Optional(ABSSourceSchema),
+    gcs: Type.Optional(GCSSourceSchema),
+    oss: Type.Optional(OSSSourceSchema),
+  },
+  {
+    description: "Which EtcdCluster to restore and which backup to restore it from.",
+    "x-kubernetes-validations": [storageSectionRule("backupStorageType")],
+  },
+);
+export type EtcdRestoreSpec = Static<typeof EtcdRestoreSpecSchema>;
+
+export const EtcdRestoreStatusSchema = Type.Object(
+  {
+    succeeded: Type.Optional(Type.Boolean({ description: "Whether the restore succeeded." })),
+    reason: Type.Optional(Type.String({ description: "Why the restore failed." })),
+  },
+  { description: "The outcome of the restore. Written by the operator only." },
+);
+export type EtcdRestoreStatus = Static<typeof EtcdRestoreStatusSchema>;
+
+export interface EtcdRestore {
+  apiVersion: string;
+  kind: string;
+  metadata: V1ObjectMeta;
+  spec: EtcdRestoreSpec;
+  status?: EtcdRestoreStatus;
+}

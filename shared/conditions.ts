@@ -1,0 +1,38 @@
+// Kubernetes-style conditions: a condition's lastTransitionTime changes only when its status
+// flips, so `kubectl get -o yaml` tells how long a cluster has been (un)available.
+
+export interface Condition {
+  type: string;
+  status: "True" | "False" | "Unknown";
+  reason: string;
+  message: string;
+  lastTransitionTime?: string;
+  lastUpdateTime?: string;
+  observedGeneration?: number;
+}
+
+export function setCondition(
+  existing: Condition[] | undefined,
+  next: Omit<Condition, "lastTransitionTime" | "lastUpdateTime">,
+  now: Date,
+): Condition[] {
+  const list = [...(existing ?? [])];
+  const index = list.findIndex((c) => c.type === next.type);
+  const previous = index >= 0 ? list[index] : undefined;
+  const timestamp = now.toISOString();
+  const updated: Condition = {
+    ...next,
+    lastTransitionTime:
+      previous && previous.status === next.status && previous.lastTransitionTime
+        ? previous.lastTransitionTime
+        : timestamp,
+    lastUpdateTime: timestamp,
+  };
+  if (index >= 0) list[index] = updated;
+  else list.push(updated);
+  return list;
+}
+
+export function findCondition(list: Condition[] | undefined, type: string): Condition | undefined {
+  return list?.find((c) => c.type === type);
+}

@@ -1,0 +1,72 @@
+// The operator's configuration, read once from the environment by `loadConfig(env)`; nothing
+// else reads process.env. Names follow the coreos Deployment where one existed
+// (MY_POD_NAMESPACE, -cluster-wide as CLUSTER_WIDE).
+
+export interface OperatorConfig {
+  /** Namespace watched in namespaced mode (and where the operator runs). */
+  namespace: string;
+  /** Watch all namespaces, taking only clusters annotated etcd.database.coreos.com/scope=clusterwide. */
+  clusterWide: boolean;
+  redisUrl: string;
+  /** The safety-net resync of every cluster; steps chain without waiting for it. */
+  reconcileIntervalMs: number;
+  /** Create or update the CRDs at start-up. */
+  installCrds: boolean;
+  workerConcurrency: number;
+  /** Per-RPC timeout towards etcd members. */
+  etcdTimeoutMs: number;
+  /** How long a worker's per-cluster lease lives without renewal (a killed worker's lease expires after it). */
+  leaseTtlMs: number;
+  logLevel: string;
+  logPretty: boolean;
+}
+
+export class ConfigError extends Error {
+  override name = "ConfigError";
+}
+
+function bool(env: Record<string, string | undefined>, name: string, fallback: boolean): boolean {
+  const raw = env[name];
+  if (raw === undefined || raw === "") return fallback;
+  if (/^(1|true|yes|on)$/i.test(raw)) return true;
+  if (/^(0|false|no|off)$/i.test(raw)) return false;
+  throw new ConfigError(`${name} must be true or false, got "${raw}"`);
+}
+
+function int(
+  env: Record<string, string | undefined>,
+  name: string,
+  fallback: number,
+  min: number,
+  max: number,
+): number {
+  const raw = env[name];
+  if (raw === undefined || raw === "") return fallback;
+  const value = Number(raw);
+  if (!Number.isInteger(value) || value < min || value > max) {
+    throw new ConfigError(`${name} must be a whole number from ${min} to ${max}, got "${raw}"`);
+  }
+  return value;
+}
+
+export function loadConfig(env: Record<string, string | undefined>): OperatorConfig {
+  const namespace = env.MY_POD_NAMESPACE || env.WATCH_NAMESPACE || "default";
+  if (!/^[a-z0-9]([-a-z0-9]*[a-z0-9])?$/.test(namespace)) {
+    throw new ConfigError(`namespace "${namespace}" (MY_POD_NAMESPACE) is not a valid namespace name`);
+  }
+  const redisUrl = env.REDIS_URL || "redis://127.0.0.1:6379";
+  if (!/^rediss?:\/\//.test(redisUrl))
+    throw new ConfigError(`REDIS_URL must start with redis:// or rediss://`);
+  return {
+    namespace,
+    clusterWide: bool(env, "CLUSTER_WIDE", false),
+    redisUrl,
+    reconcileIntervalMs: int(env, "RECONCILE_INTERVAL_MS", 8_000, 500, 3_600_000),
+    installCrds: bool(env, "INSTALL_CRDS", false),
+    workerConcurrency: int(env, "WORKER_CONCURRENCY", 8, 1, 256),
+    etcdTimeoutMs: int(env, "ETCD_TIMEOUT_MS", 3_000, 100, 60_000),
+    leaseTtlMs: int(env, "LEASE_TTL_MS", 10_000, 1_000, 600_000),
+    logLevel: env.LOG_LEVEL || "info",
+    logPretty: bool(env, "LOG_PRETTY", false),
+  };
+}

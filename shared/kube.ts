@@ -1,0 +1,195 @@
+// The operator's Kubernetes calls in one place: EtcdCluster reads and status writes, the pods
+// and Services it owns, and Events. Functions get a `Kube` as a dependency, never build clients.
+import { randomBytes } from "node:crypto";
+import {
+  CoreV1Api,
+  CustomObjectsApi,
+  type KubeConfig,
+  PatchStrategy,
+  setHeaderOptions,
+  type V1OwnerReference,
+  type V1Pod,
+  type V1Service,
+} from "@kubernetes/client-node";
+import {
+  type EtcdCluster,
+  type EtcdClusterStatus,
+  GROUP,
+  KIND,
+  PLURAL,
+  VERSION,
+} from "./api/etcd-cluster.ts";
+
+export const MERGE_PATCH = setHeaderOptions("Content-Type", PatchStrategy.MergePatch);
+export const COMPONENT = "etcd-operator";
+
+/** Labels on every pod the operator creates (the coreos operator's labels, so selectors still match). */
+export function memberLabels(clusterName: string): Record<string, string> {
+  return { app: "etcd", etcd_cluster: clusterName };
+}
+
+export function memberSelector(clusterName: string): string {
+  return `app=etcd,etcd_cluster=${clusterName}`;
+}
+
+export function httpStatusOf(error: unknown): number | undefined {
+  if (typeof error === "object" && error !== null && "code" in error && typeof error.code === "number")
+    return error.code;
+  return undefined;
+}
+
+async function orUndefinedOn404<T>(work: Promise<T>): Promise<T | undefined> {
+  try {
+    return await work;
+  } catch (error) {
+    if (httpStatusOf(error) === 404) return undefined;
+    throw error;
+  }
+}
+
+/** Ignores "already exists" (409) so creates can be replayed. */
+async function ignoreConflict(work: Promise<unknown>): Promise<void> {
+  try {
+    await work;
+  } catch (error) {
+    if (httpStatusOf(error) !== 409) throw error;
+  }
+}
+
+export function ownerReference(cluster: EtcdCluster): V1OwnerReference {
+  return {
+    apiVersion: `${GROUP}/${VERSION}`,
+    kind: KIND,
+    name: cluster.metadata?.name ?? "",
+    uid: cluster.metadata?.uid ?? "",
+    controller: true,
+    blockOwnerDeletion: true,
+  };
+}
+
+export class Kube {
+  readonly core: CoreV1Api;
+  readonly custom: CustomObjectsApi;
+
+  constructor(kc: KubeConfig) {
+    this.core = kc.makeApiClient(CoreV1Api);
+    this.custom = kc.makeApiClient(CustomObjectsApi);
+  }
+
+  async getCluster(namespace: string, name: string): Promise<EtcdCluster | undefined> {
+    const found = await orUndefinedOn404(
+      this.custom.getNamespacedCustomObject({
+        group: GROUP,
+        version: VERSION,
+        namespace,
+        plural: PLURAL,
+        name,
+      }),
+    );
+    return found as EtcdCluster | undefined;
+  }
+
+  /** Every EtcdCluster in one namespace, or in all namespaces when namespace is undefined. */
+  async listClusters(namespace: string | undefined): Promise<EtcdCluster[]> {
+    const list = (
+      namespace
+        ? await this.custom.listNamespacedCustomObject({
+            group: GROUP,
+            version: VERSION,
+            namespace,
+            plural: PLURAL,
+          })
+        : await this.custom.listClusterCustomObject({ group: GROUP, version: VERSION, plural: PLURAL })
+    ) as { items?: EtcdCluster[] };
+    return list.items ?? [];
+  }
+
+  async patchClusterStatus(cluster: EtcdCluster, status: EtcdClusterStatus): Promise<void> {
+    try {
+      await this.custom.patchNamespacedCustomObjectStatus(
+        {
+          group: GROUP,
+          version: VERSION,
+          namespace: cluster.metadata?.namespace ?? "default",
+          plural: PLURAL,
+          name: cluster.metadata?.name ?? "",
+          // The UID precondition keeps a late step from writing onto a re-created cluster of the same name.
+          body: { metadata: { uid: cluster.metadata?.uid }, status },
+        },
+        MERGE_PATCH,
+      );
+    } catch (error) {
+      if (httpStatusOf(error) === 404 || httpStatusOf(error) === 409) return;
+      throw error;
+    }
+  }
+
+  async listMemberPods(namespace: string, clusterName: string): Promise<V1Pod[]> {
+    const list = await this.core.listNamespacedPod({ namespace, labelSelector: memberSelector(clusterName) });
+    return list.items;
+  }
+
+  async createPod(pod: V1Pod): Promise<void> {
+    await ignoreConflict(
+      this.core.createNamespacedPod({ namespace: pod.metadata?.namespace ?? "default", body: pod }),
+    );
+  }
+
+  async deletePod(namespace: string, name: string): Promise<void> {
+    try {
+      await this.core.deleteNamespacedPod({ namespace, name });
+    } catch (error) {
+      if (httpStatusOf(error) !== 404) throw error;
+    }
+  }
+
+  async getService(namespace: string, name: string): Promise<V1Service | undefined> {
+    return orUndefinedOn404(this.core.readNamespacedService({ namespace, name }));
+  }
+
+  async createService(service: V1Service): Promise<void> {
+    await ignoreConflict(
+      this.core.createNamespacedService({
+        namespace: service.metadata?.namespace ?? "default",
+        body: service,
+      }),
+    );
+  }
+
+  /** Records a Kubernetes Event on the EtcdCluster; failures to record are not the step's failure. */
+  async event(
+    cluster: EtcdCluster,
+    type: "Normal" | "Warning",
+    reason: string,
+    message: string,
+  ): Promise<void> {
+    const namespace = cluster.metadata?.namespace ?? "default";
+    const now = new Date();
+    try {
+      await this.core.createNamespacedEvent({
+        namespace,
+        body: {
+          metadata: { name: `${cluster.metadata?.name}.${randomBytes(8).toString("hex")}`, namespace },
+          involvedObject: {
+            apiVersion: `${GROUP}/${VERSION}`,
+            kind: KIND,
+            name: cluster.metadata?.name,
+            namespace,
+            uid: cluster.metadata?.uid,
+          },
+          reason,
+          message,
+          type,
+          count: 1,
+          firstTimestamp: now,
+          lastTimestamp: now,
+          source: { component: COMPONENT },
+          reportingComponent: COMPONENT,
+          reportingInstance: COMPONENT,
+        },
+      });
+    } catch {
+      // Events are best effort: losing one must not fail or repeat a step.
+    }
+  }
+}

@@ -1,0 +1,192 @@
+// What an etcd member looks like in Kubernetes: its pod (named `<cluster>-<random>`, reached by
+// DNS as `<pod>.<cluster>.<ns>.svc`, never by IP, so its peer URL is known before it exists), the
+// headless peer Service that gives it that name (publishNotReadyAddresses, so a starting member
+// is resolvable before it is Ready), and the client Service.
+import { randomBytes } from "node:crypto";
+import type {
+  V1Affinity,
+  V1Container,
+  V1EnvVar,
+  V1Pod,
+  V1PodSecurityContext,
+  V1ResourceRequirements,
+  V1Service,
+  V1Toleration,
+} from "@kubernetes/client-node";
+import type { EtcdCluster, NormalizedSpec } from "./api/etcd-cluster.ts";
+import { memberLabels, ownerReference } from "./kube.ts";
+
+export const CLIENT_PORT = 2379;
+export const PEER_PORT = 2380;
+export const DATA_DIR = "/var/etcd/data";
+export const VERSION_ANNOTATION = "etcd.version";
+
+const ALPHABET = "bcdfghjklmnpqrstvwxz2456789";
+
+/** `<cluster>-<10 random chars>`, like the coreos operator's member names. */
+export function newMemberName(clusterName: string): string {
+  const bytes = randomBytes(10);
+  let suffix = "";
+  for (const byte of bytes) suffix += ALPHABET[byte % ALPHABET.length];
+  return `${clusterName}-${suffix}`;
+}
+
+export function memberHost(name: string, clusterName: string, namespace: string): string {
+  return `${name}.${clusterName}.${namespace}.svc`;
+}
+
+export function peerURL(name: string, clusterName: string, namespace: string): string {
+  return `http://${memberHost(name, clusterName, namespace)}:${PEER_PORT}`;
+}
+
+export function clientURL(name: string, clusterName: string, namespace: string): string {
+  return `http://${memberHost(name, clusterName, namespace)}:${CLIENT_PORT}`;
+}
+
+export function clientServiceName(clusterName: string): string {
+  return `${clusterName}-client`;
+}
+
+/** The pod name a peer URL points at (`http://<pod>.<cluster>.<ns>.svc:2380` → `<pod>`). */
+export function memberNameFromPeerURL(url: string): string | undefined {
+  try {
+    return new URL(url).hostname.split(".")[0] || undefined;
+  } catch {
+    return undefined;
+  }
+}
+
+export function imageOf(spec: NormalizedSpec): string {
+  return `${spec.repository}:v${spec.version}`;
+}
+
+export interface MemberPodInput {
+  cluster: EtcdCluster;
+  spec: NormalizedSpec;
+  name: string;
+  /** name=peerURL pairs of every member the new one must know, itself included. */
+  initialCluster: { name: string; peerURL: string }[];
+  state: "new" | "existing";
+}
+
+function etcdCommand(input: MemberPodInput): string[] {
+  const namespace = input.cluster.metadata?.namespace ?? "default";
+  const clusterName = input.cluster.metadata?.name ?? "";
+  const args = [
+    "/usr/local/bin/etcd",
+    `--name=${input.name}`,
+    `--data-dir=${DATA_DIR}`,
+    `--listen-client-urls=http://0.0.0.0:${CLIENT_PORT}`,
+    `--advertise-client-urls=${clientURL(input.name, clusterName, namespace)}`,
+    `--listen-peer-urls=http://0.0.0.0:${PEER_PORT}`,
+    `--initial-advertise-peer-urls=${peerURL(input.name, clusterName, namespace)}`,
+    `--initial-cluster=${input.initialCluster.map((m) => `${m.name}=${m.peerURL}`).join(",")}`,
+    `--initial-cluster-state=${input.state}`,
+  ];
+  // The token only matters when a cluster is born; the cluster's UID makes it unique.
+  if (input.state === "new")
+    args.push(`--initial-cluster-token=${input.cluster.metadata?.uid ?? clusterName}`);
+  return args;
+}
+
+export function memberPod(input: MemberPodInput): V1Pod {
+  const { cluster, spec, name } = input;
+  const namespace = cluster.metadata?.namespace ?? "default";
+  const clusterName = cluster.metadata?.name ?? "";
+  const policy = spec.pod ?? {};
+  const container: V1Container = {
+    name: "etcd",
+    image: imageOf(spec),
+    command: etcdCommand(input),
+    ports: [
+      { name: "client", containerPort: CLIENT_PORT },
+      { name: "peer", containerPort: PEER_PORT },
+    ],
+    env: (policy.etcdEnv ?? []) as V1EnvVar[],
+    // /health answers 200 only when the member has a leader and no alarm.
+    readinessProbe: {
+      httpGet: { path: "/health", port: CLIENT_PORT },
+      periodSeconds: 2,
+      timeoutSeconds: 2,
+      failureThreshold: 3,
+    },
+    livenessProbe: {
+      tcpSocket: { port: CLIENT_PORT },
+      initialDelaySeconds: 10,
+      periodSeconds: 10,
+      timeoutSeconds: 5,
+      failureThreshold: 6,
+    },
+    volumeMounts: [{ name: "etcd-data", mountPath: "/var/etcd" }],
+    resources: policy.resources as V1ResourceRequirements | undefined,
+  };
+  return {
+    apiVersion: "v1",
+    kind: "Pod",
+    metadata: {
+      name,
+      namespace,
+      labels: { ...(policy.labels ?? {}), ...memberLabels(clusterName) },
+      annotations: { ...(policy.annotations ?? {}), [VERSION_ANNOTATION]: spec.version },
+      ownerReferences: [ownerReference(cluster)],
+    },
+    spec: {
+      hostname: name,
+      subdomain: clusterName,
+      // A crashed etcd restarts in place with its data dir; a lost pod is replaced by the operator.
+      restartPolicy: "Always",
+      terminationGracePeriodSeconds: 30,
+      automountServiceAccountToken: false,
+      containers: [container],
+      volumes: [{ name: "etcd-data", emptyDir: {} }],
+      nodeSelector: policy.nodeSelector,
+      // Embedded Kubernetes types are kept as-is by the CRD schema; the API server validates them here.
+      tolerations: policy.tolerations as V1Toleration[] | undefined,
+      securityContext: policy.securityContext as V1PodSecurityContext | undefined,
+      affinity: policy.affinity as V1Affinity | undefined,
+    },
+  };
+}
+
+/** The headless Service that gives members their DNS names; not-ready members are published too. */
+export function peerService(cluster: EtcdCluster): V1Service {
+  const clusterName = cluster.metadata?.name ?? "";
+  return {
+    apiVersion: "v1",
+    kind: "Service",
+    metadata: {
+      name: clusterName,
+      namespace: cluster.metadata?.namespace,
+      labels: memberLabels(clusterName),
+      ownerReferences: [ownerReference(cluster)],
+    },
+    spec: {
+      clusterIP: "None",
+      publishNotReadyAddresses: true,
+      selector: memberLabels(clusterName),
+      ports: [
+        { name: "client", port: CLIENT_PORT, targetPort: CLIENT_PORT },
+        { name: "peer", port: PEER_PORT, targetPort: PEER_PORT },
+      ],
+    },
+  };
+}
+
+/** The Service clients use: ready members only. */
+export function clientService(cluster: EtcdCluster): V1Service {
+  const clusterName = cluster.metadata?.name ?? "";
+  return {
+    apiVersion: "v1",
+    kind: "Service",
+    metadata: {
+      name: clientServiceName(clusterName),
+      namespace: cluster.metadata?.namespace,
+      labels: memberLabels(clusterName),
+      ownerReferences: [ownerReference(cluster)],
+    },
+    spec: {
+      selector: memberLabels(clusterName),
+      ports: [{ name: "client", port: CLIENT_PORT, targetPort: CLIENT_PORT }],
+    },
+  };
+}

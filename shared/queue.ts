@@ -1,0 +1,84 @@
+// Queue names, job payload schemas, and how a reconcile is requested.
+//
+// One job per cluster: its jobId is the cluster key, so while a cluster's job waits, is delayed
+// or runs, further requests for it add nothing (BullMQ ignores a duplicate jobId). A request that
+// finds the job delayed promotes it, so an event is handled now rather than after the delay; a
+// request that arrives while the job runs sets a "dirty" mark, which the worker checks when the
+// step ends and then looks again at once. Mutual exclusion between workers does not rest on this
+// alone: see shared/lease.ts.
+import { type Static, Type } from "@sinclair/typebox";
+import { Value } from "@sinclair/typebox/value";
+import type { Queue } from "bullmq";
+import type { Redis } from "ioredis";
+
+export const RECONCILE_QUEUE = "etcd-reconcile";
+export const RECONCILE_JOB = "reconcile";
+export const RESYNC_JOB = "resync";
+export const RESYNC_SCHEDULER = "resync-all-clusters";
+export const KEY_PREFIX = "eop";
+
+const NAME = Type.String({ minLength: 1, maxLength: 253, pattern: "^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$" });
+
+export const ReconcilePayload = Type.Object(
+  {
+    namespace: NAME,
+    name: NAME,
+    /** Why it was requested (event type, "resync", "http"), for logs only. */
+    reason: Type.Optional(Type.String({ maxLength: 200 })),
+  },
+  { additionalProperties: false },
+);
+export type ReconcilePayload = Static<typeof ReconcilePayload>;
+
+export const ResyncPayload = Type.Object({}, { additionalProperties: true });
+
+export function isReconcilePayload(data: unknown): data is ReconcilePayload {
+  return Value.Check(ReconcilePayload, data);
+}
+
+/** BullMQ job ids may not contain ':'; Kubernetes names cannot contain '/'. */
+export function reconcileJobId(namespace: string, name: string): string {
+  return `${namespace}/${name}`;
+}
+
+export function dirtyKey(namespace: string, name: string): string {
+  return `${KEY_PREFIX}:dirty:${namespace}/${name}`;
+}
+
+export interface EnqueueOptions {
+  reason?: string;
+  /** Run no sooner than this (ms); default now. */
+  delayMs?: number;
+}
+
+/** Asks for a reconcile of one cluster; cheap and safe to call on every event. */
+export async function requestReconcile(
+  queue: Queue,
+  redis: Redis,
+  namespace: string,
+  name: string,
+  options: EnqueueOptions = {},
+): Promise<void> {
+  const jobId = reconcileJobId(namespace, name);
+  // Marks the cluster dirty first: a worker running its step right now sees the mark when it ends.
+  if (!options.delayMs) await redis.set(dirtyKey(namespace, name), "1", "EX", 300);
+  const state = await queue.getJobState(jobId);
+  if (state === "completed" || state === "failed") {
+    // A finished job that was kept (e.g. failed for an invalid spec) would block the id: clear it.
+    await (await queue.getJob(jobId))?.remove().catch(() => undefined);
+  } else if (state === "delayed" && !options.delayMs) {
+    await (await queue.getJob(jobId))?.promote().catch(() => undefined);
+    return;
+  } else if (state === "waiting" || state === "active" || state === "delayed" || state === "prioritized") {
+    return;
+  }
+  const payload: ReconcilePayload = { namespace, name, reason: options.reason };
+  await queue.add(RECONCILE_JOB, payload, {
+    jobId,
+    delay: options.delayMs,
+    attempts: 8,
+    backoff: { type: "exponential", delay: 500 },
+    removeOnComplete: true,
+    removeOnFail: { age: 3600 },
+  });
+}

@@ -1,0 +1,60 @@
+// Runs operator roles as real child processes for end-to-end tests, so a test can SIGKILL a
+// worker mid-step exactly as a node failure would.
+import { type ChildProcess, spawn } from "node:child_process";
+import { mkdirSync, openSync } from "node:fs";
+import { join } from "node:path";
+import type { LocalCluster } from "../../infra/local/control-plane.ts";
+
+const ENTRY = new URL("../../infra/operator.ts", import.meta.url).pathname;
+
+export interface OperatorProcess {
+  role: string;
+  child: ChildProcess;
+  logFile: string;
+  kill(signal?: NodeJS.Signals): Promise<void>;
+}
+
+let counter = 0;
+
+export function operatorEnv(
+  cluster: LocalCluster,
+  extra: Record<string, string> = {},
+): Record<string, string> {
+  return {
+    PATH: process.env.PATH ?? "/usr/bin:/bin",
+    HOME: process.env.HOME ?? "/root",
+    KUBECONFIG: cluster.kubeconfigPath,
+    REDIS_URL: cluster.redisUrl ?? "",
+    MY_POD_NAMESPACE: "default",
+    RECONCILE_INTERVAL_MS: "3000",
+    LOG_LEVEL: "debug",
+    ...extra,
+  };
+}
+
+export function startOperatorProcess(
+  cluster: LocalCluster,
+  role: string,
+  extra: Record<string, string> = {},
+): OperatorProcess {
+  const dir = join(cluster.dir, "operator-logs");
+  mkdirSync(dir, { recursive: true });
+  const logFile = join(dir, `${role}-${++counter}.log`);
+  const out = openSync(logFile, "a");
+  const child = spawn(process.execPath, [ENTRY, "--role", role], {
+    env: operatorEnv(cluster, extra),
+    stdio: ["ignore", out, out],
+  });
+  return {
+    role,
+    child,
+    logFile,
+    kill(signal: NodeJS.Signals = "SIGTERM") {
+      return new Promise<void>((resolve) => {
+        if (child.exitCode !== null || child.signalCode !== null) return resolve();
+        child.once("exit", () => resolve());
+        child.kill(signal);
+      });
+    },
+  };
+}

@@ -1,0 +1,202 @@
+// Unit tests of the reconcile planner: each rule, and above all that no plan ever leaves fewer
+// than a majority of voting members healthy.
+import t from "tap";
+import {
+  majority,
+  type Observation,
+  type PodView,
+  planNextStep,
+  STARTUP_GRACE_MS,
+} from "../functions/plan.ts";
+import type { NormalizedSpec } from "../shared/api/etcd-cluster.ts";
+import type { EndpointStatus, MemberInfo } from "../shared/etcd-members.ts";
+
+const NOW = 1_000_000_000;
+
+function spec(size: number): NormalizedSpec {
+  return { size, repository: "quay.io/coreos/etcd", version: "3.7.3", paused: false } as NormalizedSpec;
+}
+
+function pod(name: string, extra: Partial<PodView> = {}): PodView {
+  return {
+    name,
+    ip: `10.0.0.${name.length}`,
+    phase: "Running",
+    ready: true,
+    terminating: false,
+    createdAtMs: NOW - 600_000,
+    ...extra,
+  };
+}
+
+function member(name: string, id: string, extra: Partial<MemberInfo> = {}): MemberInfo {
+  return {
+    id,
+    name,
+    peerURLs: [`http://${name || "x"}.c.default.svc:2380`],
+    clientURLs: [],
+    isLearner: false,
+    ...extra,
+  };
+}
+
+function ok(name: string, leaderId = "1"): [string, EndpointStatus] {
+  return [name, { endpoint: `http://${name}:2379`, ok: true, leaderId, version: "3.7.3" }];
+}
+
+function down(name: string): [string, EndpointStatus] {
+  return [name, { endpoint: `http://${name}:2379`, ok: false, error: "timeout" }];
+}
+
+function observation(partial: Partial<Observation> & { size: number }): Observation {
+  return {
+    nowMs: NOW,
+    cluster: { metadata: { name: "c", namespace: "default", uid: "u" } } as Observation["cluster"],
+    spec: spec(partial.size),
+    pods: [],
+    services: { peer: true, client: true },
+    members: undefined,
+    health: new Map(),
+    hadMembers: false,
+    ...partial,
+  };
+}
+
+const three = () => ({
+  pods: [pod("a"), pod("b"), pod("c")],
+  members: [member("a", "1"), member("b", "2"), member("c", "3")],
+});
+
+t.test("majority", async (t) => {
+  t.same([1, 2, 3, 4, 5].map(majority), [1, 2, 2, 3, 3]);
+});
+
+t.test("services come first, then the seed", async (t) => {
+  t.same(planNextStep(observation({ size: 3, services: { peer: false, client: true } })), {
+    kind: "ensure-services",
+  });
+  t.same(planNextStep(observation({ size: 3 })), { kind: "seed" });
+});
+
+t.test("losing every pod of a formed cluster is reported, never silently re-seeded", async (t) => {
+  t.same(planNextStep(observation({ size: 3, hadMembers: true })), { kind: "all-members-lost" });
+});
+
+t.test("members that do not answer yet are waited for, then reported as quorum lost", async (t) => {
+  const young = observation({ size: 1, pods: [pod("a", { createdAtMs: NOW - 1000, ready: false })] });
+  t.equal(planNextStep(young).kind, "wait");
+  const old = observation({
+    size: 1,
+    pods: [pod("a", { createdAtMs: NOW - STARTUP_GRACE_MS - 1, ready: false })],
+  });
+  t.equal(planNextStep(old).kind, "quorum-lost");
+});
+
+t.test("a healthy cluster of the declared size is steady; smaller grows, larger shrinks", async (t) => {
+  const { pods, members } = three();
+  const health = new Map([ok("a"), ok("b"), ok("c")]);
+  t.same(planNextStep(observation({ size: 3, pods, members, health })), { kind: "steady" });
+  t.same(planNextStep(observation({ size: 5, pods, members, health })), { kind: "add-member" });
+  const shrink = planNextStep(observation({ size: 1, pods, members, health }));
+  t.equal(shrink.kind, "remove-member");
+  if (shrink.kind === "remove-member") {
+    t.not(shrink.memberId, "1", "the leader (member 1) is never the one removed");
+    t.equal(shrink.reason, "scale-down");
+  }
+});
+
+t.test("no scaling while a voter is unhealthy, and never below quorum", async (t) => {
+  const { pods, members } = three();
+  const health = new Map([ok("a"), ok("b"), down("c")]);
+  t.equal(
+    planNextStep(observation({ size: 5, pods, members, health })).kind,
+    "wait",
+    "no add while c is sick",
+  );
+  t.equal(
+    planNextStep(observation({ size: 1, pods, members, health })).kind,
+    "wait",
+    "no removal while c is sick",
+  );
+});
+
+t.test("a member whose pod is gone is removed (to be replaced) only when quorum allows", async (t) => {
+  const members = [member("a", "1"), member("b", "2"), member("c", "3")];
+  const gone = planNextStep(
+    observation({ size: 3, pods: [pod("a"), pod("b")], members, health: new Map([ok("a"), ok("b")]) }),
+  );
+  t.same(gone, { kind: "remove-member", name: "c", memberId: "3", reason: "dead" });
+  const twoGone = planNextStep(
+    observation({ size: 3, pods: [pod("a")], members, health: new Map([ok("a")]) }),
+  );
+  t.equal(
+    twoGone.kind,
+    "quorum-lost",
+    "with 1 of 3 left, removing would not restore quorum: stop and report",
+  );
+});
+
+t.test("a half-done add is finished: the member exists in etcd but its pod was never created", async (t) => {
+  const members = [
+    member("a", "1"),
+    { ...member("", "9", { isLearner: true }), peerURLs: ["http://c-new.c.default.svc:2380"] },
+  ];
+  const step = planNextStep(observation({ size: 2, pods: [pod("a")], members, health: new Map([ok("a")]) }));
+  t.same(step, { kind: "create-member-pod", name: "c-new", memberId: "9" });
+});
+
+t.test("a learner is promoted once its pod is Ready, and waited for before", async (t) => {
+  const members = [member("a", "1"), member("n", "9", { isLearner: true })];
+  const starting = observation({
+    size: 2,
+    pods: [pod("a"), pod("n", { ready: false })],
+    members,
+    health: new Map([ok("a"), down("n")]),
+  });
+  t.equal(planNextStep(starting).kind, "wait");
+  const readyLearner = observation({
+    size: 2,
+    pods: [pod("a"), pod("n")],
+    members,
+    health: new Map([ok("a"), ok("n")]),
+  });
+  t.same(planNextStep(readyLearner), { kind: "promote-member", name: "n", memberId: "9" });
+});
+
+t.test("a pod that is no member is deleted", async (t) => {
+  const step = planNextStep(
+    observation({
+      size: 1,
+      pods: [pod("a"), pod("stray")],
+      members: [member("a", "1")],
+      health: new Map([ok("a"), down("stray")]),
+    }),
+  );
+  t.same(step, { kind: "delete-pod", name: "stray", reason: "it is not a member of the etcd cluster" });
+});
+
+t.test("no plan ever removes a member when that leaves fewer than a majority healthy", async (t) => {
+  // Exhaustive over small clusters: every combination of size, member count and health.
+  let checked = 0;
+  for (let n = 1; n <= 5; n++) {
+    for (let mask = 0; mask < 1 << n; mask++) {
+      for (let size = 1; size <= 5; size++) {
+        const names = Array.from({ length: n }, (_, i) => `m${i}`);
+        const members = names.map((name, i) => member(name, String(i + 1)));
+        const health = new Map(names.map((name, i) => ((mask >> i) & 1 ? ok(name) : down(name))));
+        const step = planNextStep(
+          observation({ size, pods: names.map((name) => pod(name)), members, health }),
+        );
+        checked++;
+        if (step.kind !== "remove-member") continue;
+        const healthy = names.filter((_, i) => (mask >> i) & 1).length;
+        const removedHealthy = health.get(step.name)?.ok ? 1 : 0;
+        t.ok(
+          healthy - removedHealthy >= majority(n - 1),
+          `n=${n} healthy=${healthy} size=${size}: quorum kept`,
+        );
+      }
+    }
+  }
+  t.ok(checked > 100);
+});
