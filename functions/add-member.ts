@@ -6,7 +6,7 @@ import type { MemberInfo } from "../shared/etcd-members.ts";
 import { addLearner } from "../shared/etcd-members.ts";
 import { memberPod, newMemberName, peerURL } from "../shared/member-pods.ts";
 import { memberPodName } from "./plan.ts";
-import { memberEndpoints, type StepDeps, type StepInput, type StepOutcome } from "./step.ts";
+import { memberEndpoints, type StepDeps, type StepInput, type StepOutcome, unlessRefused } from "./step.ts";
 
 function initialCluster(members: MemberInfo[]): { name: string; peerURL: string }[] {
   return members.flatMap((m) => {
@@ -16,7 +16,11 @@ function initialCluster(members: MemberInfo[]): { name: string; peerURL: string 
   });
 }
 
-export async function addMember(input: StepInput, deps: StepDeps): Promise<StepOutcome> {
+export function addMember(input: StepInput, deps: StepDeps): Promise<StepOutcome> {
+  return unlessRefused(() => addLearnerAndPod(input, deps));
+}
+
+async function addLearnerAndPod(input: StepInput, deps: StepDeps): Promise<StepOutcome> {
   const namespace = input.cluster.metadata?.namespace ?? "default";
   const clusterName = input.cluster.metadata?.name ?? "";
   const name = newMemberName(clusterName);

@@ -298,6 +298,21 @@ export async function reconcile(input: ReconcileInput, deps: StepDeps): Promise<
   } catch (error) {
     const message = error instanceof Error ? error.message : String(error);
     await deps.kube.event(cluster, "Warning", "StepFailed", `${step.kind} failed: ${message}`);
+    await deps.kube.patchClusterStatus(
+      cluster,
+      simpleStatus(
+        cluster,
+        now,
+        {
+          type: "Progressing",
+          status: "True",
+          reason: "StepFailed",
+          message: `${step.kind} failed (retrying): ${message}`,
+          observedGeneration: generation,
+        },
+        {},
+      ),
+    );
     throw new Error(`step ${step.kind} failed for ${input.namespace}/${input.name}`, { cause: error });
   }
   // A lasting problem (quorum lost, all members lost) is announced once, when it starts, not on every look.

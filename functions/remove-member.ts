@@ -2,7 +2,7 @@
 // delete a pod that is no member. `member remove` comes first, so the pod is never deleted
 // while etcd still counts it; both calls are idempotent, so a replay finishes a half-done step.
 import { removeMember as removeFromEtcd } from "../shared/etcd-members.ts";
-import { memberEndpoints, type StepDeps, type StepInput, type StepOutcome } from "./step.ts";
+import { memberEndpoints, type StepDeps, type StepInput, type StepOutcome, unlessRefused } from "./step.ts";
 
 export async function removeMember(
   input: StepInput,
@@ -13,7 +13,11 @@ export async function removeMember(
 ): Promise<StepOutcome> {
   const namespace = input.cluster.metadata?.namespace ?? "default";
   await deps.guard();
-  await removeFromEtcd(memberEndpoints(input.observation), memberId, deps.etcd);
+  const refused = await unlessRefused(async () => {
+    await removeFromEtcd(memberEndpoints(input.observation), memberId, deps.etcd);
+    return {};
+  });
+  if (refused.requeueAfterMs !== undefined) return refused;
   await deps.guard();
   await deps.kube.deletePod(namespace, name);
   return {

@@ -37,14 +37,46 @@ export interface StepOutcome {
   event?: StepEvent;
 }
 
-/** Client endpoints of the member pods that have an IP, healthy ones first. */
+/**
+ * Client endpoints for membership calls: healthy voting members first, then the rest, learners
+ * last (a learner refuses member add/remove/promote and linearizable reads).
+ */
 export function memberEndpoints(observation: Observation): string[] {
-  const withIp = observation.pods.filter((p) => p.ip && !p.terminating);
-  const healthy = withIp.filter((p) => observation.health.get(p.name)?.ok);
-  const others = withIp.filter((p) => !observation.health.get(p.name)?.ok);
-  return [...healthy, ...others].map((p) => `http://${p.ip}:2379`);
+  const learners = new Set(
+    (observation.members ?? []).filter((m) => m.isLearner).map((m) => m.name || m.peerURLs[0] || ""),
+  );
+  const rank = (p: Observation["pods"][number]): number => {
+    if (learners.has(p.name) || [...learners].some((url) => url.includes(`//${p.name}.`))) return 2;
+    return observation.health.get(p.name)?.ok ? 0 : 1;
+  };
+  return observation.pods
+    .filter((p) => p.ip && !p.terminating)
+    .sort((a, b) => rank(a) - rank(b))
+    .map((p) => `http://${p.ip}:2379`);
 }
 
 export function clusterKey(cluster: EtcdCluster): string {
   return `${cluster.metadata?.namespace}/${cluster.metadata?.name}`;
+}
+
+/**
+ * etcd refuses membership changes for a while after one (it wants every voter connected for 5 s,
+ * one learner at a time): "check again soon", not a failure.
+ */
+export function isReconfigurationRefused(error: unknown): boolean {
+  const texts = ["unhealthy cluster", "not enough started members", "too many learner members"];
+  for (let e: unknown = error; e instanceof Error; e = e.cause) {
+    if (texts.some((t) => e instanceof Error && e.message.includes(t))) return true;
+  }
+  return false;
+}
+
+/** Runs a membership change; a temporary refusal by etcd becomes a short wait. */
+export async function unlessRefused(work: () => Promise<StepOutcome>): Promise<StepOutcome> {
+  try {
+    return await work();
+  } catch (error) {
+    if (isReconfigurationRefused(error)) return { requeueAfterMs: 1_000 };
+    throw error;
+  }
 }

@@ -131,6 +131,7 @@ const ERR_PEER_URL_EXISTS = "etcdserver: Peer URLs already exists";
 // A member's ID hashes its peer URLs with the time in whole seconds, so a repeated add of the same
 // URL within the same second collides on the ID before the peer URL check is reached.
 const ERR_MEMBER_ID_EXISTS = "etcdserver: member ID already exist";
+const ERR_NOT_FOR_LEARNER = "etcdserver: rpc not supported for learner";
 
 const UINT64_MAX = (1n << 64n) - 1n;
 
@@ -215,22 +216,25 @@ function etcdError(error: unknown): string {
 }
 
 /**
- * The endpoint could not give an answer (down, hung, no leader, cut off): another member may.
- * Anything else is the cluster's definite answer, which another member would repeat.
+ * This endpoint could not give an answer (down, hung, no leader, cut off, or a learner, which
+ * serves neither membership reads nor changes): another member may. Anything else is the
+ * cluster's definite answer, which another member would repeat.
  */
-function isUnavailable(error: unknown): boolean {
+function isUnanswered(error: unknown): boolean {
   return (
     error instanceof GRPCUnavailableError ||
     error instanceof GRPCDeadlineExceededError ||
-    error instanceof GRPCCancelledError
+    error instanceof GRPCCancelledError ||
+    // UNAVAILABLE in 3.5, FAILED_PRECONDITION from 3.6 on.
+    etcdError(error) === ERR_NOT_FOR_LEARNER
   );
 }
 
-type FallThrough = "on-any-error" | "when-unavailable";
+type FallThrough = "on-any-error" | "when-unanswered";
 
 /**
  * Runs `work` against the endpoints in order until one gives an answer. Reads move on after any
- * error; writes only when the endpoint was unavailable, since a definite refusal would be repeated
+ * error; writes only when the endpoint could not answer, since a definite refusal would be repeated
  * by every member. Writes that time out may still have been applied, so every write here is made
  * safe to repeat (see the callers).
  */
@@ -248,7 +252,7 @@ async function onFirstAnswering<T>(
     try {
       return await withClient(endpoint, options, work);
     } catch (error) {
-      if (fallThrough === "when-unavailable" && !isUnavailable(error)) {
+      if (fallThrough === "when-unanswered" && !isUnanswered(error)) {
         throw new Error(`${what} failed at ${endpoint}: ${etcdError(error)}`, { cause: error });
       }
       failures.push(`${endpoint}: ${errorMessage(error)}`);
@@ -284,7 +288,7 @@ export interface ListMembersOptions extends EtcdClientOptions {
 /**
  * The member list, read linearizably by default (through the leader, so a member cut off from the
  * cluster cannot answer with a stale list). Tries the endpoints in order, moving on after any
- * error (a learner, for one, refuses linearizable reads); throws when none answers.
+ * error (a learner, for one, refuses to list members at all); throws when none answers.
  */
 export async function listMembers(
   endpoints: readonly string[],
@@ -435,7 +439,7 @@ async function addMember(
   const existing = await memberWithPeerURL(endpoints, peerURL, options);
   if (existing) return existing;
   const what = `adding etcd ${isLearner ? "learner" : "member"} ${peerURL}`;
-  const added = await onFirstAnswering(endpoints, what, options, "when-unavailable", async (client) => {
+  const added = await onFirstAnswering(endpoints, what, options, "when-unanswered", async (client) => {
     try {
       const response = await client.cluster.memberAdd(
         { peerURLs: [peerURL], isLearner },
@@ -522,7 +526,7 @@ export async function promoteLearner(
     endpoints,
     what,
     options,
-    "when-unavailable",
+    "when-unanswered",
     async (client): Promise<PromoteResult> => {
       try {
         await client.cluster.memberPromote({ ID: memberId }, callOptions(options));
@@ -540,7 +544,7 @@ export async function promoteLearner(
 }
 
 /**
- * The endpoints in the order to send a removal: answering members other than the one removed
+ * The endpoints in the order to send a removal: answering voters other than the one removed
  * first. A member that handles its own removal shuts down as it applies it and may never send the
  * reply; dead endpoints would only cost a timeout each.
  */
@@ -550,7 +554,9 @@ async function removalOrder(
   options: EtcdClientOptions,
 ): Promise<string[]> {
   const statuses = await endpointStatuses(endpoints, options);
-  const preferred = statuses.filter((s) => s.ok && s.memberId !== memberId).map((s) => s.endpoint);
+  const preferred = statuses
+    .filter((s) => s.ok && s.memberId !== memberId && s.isLearner !== true)
+    .map((s) => s.endpoint);
   return [...preferred, ...endpoints.filter((e) => !preferred.includes(e))];
 }
 
@@ -569,7 +575,7 @@ export async function removeMember(
   requireMemberId(memberId);
   const what = `removing etcd member ${memberIdHex(memberId)}`;
   const ordered = await removalOrder(endpoints, memberId, options);
-  return onFirstAnswering(ordered, what, options, "when-unavailable", async (client) => {
+  return onFirstAnswering(ordered, what, options, "when-unanswered", async (client) => {
     try {
       await client.cluster.memberRemove({ ID: memberId }, callOptions(options));
       return { removed: true };
