@@ -84,6 +84,12 @@ async function waitConverged(name: string, size: number, timeoutMs = 120_000): P
       if (c?.status?.size !== size || c.status.readyMembers !== size) return undefined;
       const hosts = await memberPodIps(name);
       if (hosts.length !== size) return undefined;
+      const pods = await core.listNamespacedPod({ namespace: NS, labelSelector: `etcd_cluster=${name}` });
+      if (
+        !pods.items.every((p) => p.status?.conditions?.some((c) => c.type === "Ready" && c.status === "True"))
+      ) {
+        return undefined;
+      }
       const client = new Etcd3({ hosts, dialTimeout: 2000 });
       try {
         const members = await client.cluster.memberList({ linearizable: true });
@@ -241,10 +247,15 @@ t.test("an etcd process killed in its pod is restarted in place", async (t) => {
   const pid = etcdPidOf(target?.metadata?.name ?? "");
   t.ok(pid, "found the member's etcd process");
   process.kill(pid ?? 0, "SIGKILL");
-  await waitFor("the pod to restart its container", async () => {
-    const pod = await readPod(core, NS, target?.metadata?.name ?? "");
-    return (pod?.status?.containerStatuses?.[0]?.restartCount ?? 0) >= 1 ? true : undefined;
-  });
+  await waitFor(
+    "the pod to restart its container and be Ready again",
+    async () => {
+      const pod = await readPod(core, NS, target?.metadata?.name ?? "");
+      const status = pod?.status?.containerStatuses?.[0];
+      return (status?.restartCount ?? 0) >= 1 && status?.ready ? true : undefined;
+    },
+    { timeoutMs: 60_000 },
+  );
   await waitConverged("example-etcd-cluster", 3);
   const client = new Etcd3({ hosts: [`http://${ip}:2379`] });
   t.equal(await client.get("survives").string(), "everything", "the restarted member still has the data");

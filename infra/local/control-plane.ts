@@ -206,6 +206,18 @@ export async function cleanupInstance(name: string, log: (line: string) => void 
   rmSync(layout.dir, { recursive: true, force: true });
 }
 
+/** The live process that started this instance, if any. */
+function ownerOf(layout: InstanceLayout): number | undefined {
+  try {
+    const pid = Number(readFileSync(join(layout.dir, "owner.pid"), "utf8"));
+    if (!Number.isInteger(pid) || pid <= 0) return undefined;
+    process.kill(pid, 0);
+    return pid;
+  } catch {
+    return undefined;
+  }
+}
+
 export function readState(name = DEFAULT_INSTANCE): LocalClusterState | undefined {
   const layout = instanceLayout(name);
   if (!existsSync(layout.statePath)) return undefined;
@@ -438,9 +450,17 @@ export async function startLocalCluster(options: LocalClusterOptions = {}): Prom
   const layout = instanceLayout(name);
   const assets = await ensureAssets({ log });
 
+  // Two live owners of one instance would tear down each other's cluster: refuse clearly.
+  const owner = ownerOf(layout);
+  if (owner !== undefined && owner !== process.pid) {
+    throw new Error(
+      `local cluster "${name}" is in use by process ${owner}; stop it first (npm run local -- down --name ${name})`,
+    );
+  }
   // Whatever an earlier run left (a crash, a killed test) goes first.
   await cleanupInstance(name, log);
   mkdirSync(layout.logDir, { recursive: true });
+  writeFileSync(join(layout.dir, "owner.pid"), String(process.pid));
   mkdirSync(layout.etcdDataDir, { recursive: true, mode: 0o700 });
 
   const stop = async () => {

@@ -1,0 +1,254 @@
+// Benchmark: how fast the operator converges, against a reference measured in the same run.
+//   node bench/convergence.ts [--runs N]
+// Scenarios (one JSON object each on stdout):
+//   create: apply a size-3 EtcdCluster → Available with 3 voting members.
+//           reference: three etcd pods bootstrapped statically (--initial-cluster) → all Ready.
+//   heal:   delete one member pod of a healthy size-3 cluster → 3 healthy voting members again.
+//           reference: etcdctl-style member add + a new pod by hand → 3 healthy voting members.
+// Runs against the local control plane; never part of the default tests.
+import { loadavg } from "node:os";
+import { parseArgs } from "node:util";
+import { CustomObjectsApi, type V1Pod } from "@kubernetes/client-node";
+import { installCrds } from "../infra/crds.ts";
+import { startLocalCluster } from "../infra/local/control-plane.ts";
+import { clientsFor, isReady, waitFor } from "../infra/local/kube-wait.ts";
+import { startOperator } from "../infra/operator.ts";
+import { type EtcdCluster, GROUP, PLURAL, VERSION } from "../shared/api/etcd-cluster.ts";
+import { loadConfig } from "../shared/config.ts";
+import { addLearner, listMembers, promoteLearner, removeMember } from "../shared/etcd-members.ts";
+import { DEFAULT_ETCD_VERSION } from "../shared/etcd-versions.ts";
+import { silentLogger } from "../shared/log.ts";
+import { memberPod, newMemberName, peerService, peerURL } from "../shared/member-pods.ts";
+
+const { values } = parseArgs({ options: { runs: { type: "string", default: "3" } } });
+const runs = Number(values.runs);
+const NS = "default";
+const cluster = await startLocalCluster({ name: "bench", log: () => {} });
+const { kc, core } = clientsFor(cluster.kubeconfigPath);
+const custom = kc.makeApiClient(CustomObjectsApi);
+await installCrds(kc);
+const config = loadConfig({
+  REDIS_URL: cluster.redisUrl,
+  MY_POD_NAMESPACE: NS,
+  RECONCILE_INTERVAL_MS: "8000",
+});
+const operator = await startOperator({ kc, config, log: silentLogger() });
+await operator.ready;
+
+async function getCluster(name: string): Promise<EtcdCluster> {
+  return (await custom.getNamespacedCustomObject({
+    group: GROUP,
+    version: VERSION,
+    namespace: NS,
+    plural: PLURAL,
+    name,
+  })) as EtcdCluster;
+}
+
+async function podEndpoints(selector: string): Promise<string[]> {
+  const pods = await core.listNamespacedPod({ namespace: NS, labelSelector: selector });
+  return pods.items
+    .filter((p) => p.status?.podIP && !p.metadata?.deletionTimestamp)
+    .map((p) => `http://${p.status?.podIP}:2379`);
+}
+
+/** True once `size` voting members answer and every one is healthy. */
+async function healthyVoters(selector: string, size: number): Promise<true | undefined> {
+  const endpoints = await podEndpoints(selector);
+  if (endpoints.length !== size) return undefined;
+  const members = await listMembers(endpoints, { timeoutMs: 1000 });
+  if (members.length !== size || members.some((m) => m.isLearner || !m.name)) return undefined;
+  const pods = await core.listNamespacedPod({ namespace: NS, labelSelector: selector });
+  return pods.items.filter((p) => !p.metadata?.deletionTimestamp).every(isReady) ? true : undefined;
+}
+
+async function timed(work: () => Promise<void>): Promise<number> {
+  const started = performance.now();
+  await work();
+  return Math.round(performance.now() - started);
+}
+
+async function operatorCreate(name: string): Promise<number> {
+  return timed(async () => {
+    await custom.createNamespacedCustomObject({
+      group: GROUP,
+      version: VERSION,
+      namespace: NS,
+      plural: PLURAL,
+      body: { apiVersion: `${GROUP}/${VERSION}`, kind: "EtcdCluster", metadata: { name }, spec: { size: 3 } },
+    });
+    await waitFor(
+      `${name} Available`,
+      async () => {
+        const c = await getCluster(name);
+        const available = c.status?.conditions?.find((x) => x.type === "Available")?.status === "True";
+        return available && c.status?.readyMembers === 3
+          ? healthyVoters(`etcd_cluster=${name}`, 3)
+          : undefined;
+      },
+      { timeoutMs: 180_000, intervalMs: 50 },
+    );
+  });
+}
+
+/** The same three members started at once with a static --initial-cluster, as a script would. */
+async function staticCreate(name: string): Promise<number> {
+  const owner = {
+    metadata: { name, namespace: NS, uid: `static-${name}` },
+    spec: {},
+  } as unknown as EtcdCluster;
+  const spec = {
+    size: 3,
+    repository: "quay.io/coreos/etcd",
+    version: DEFAULT_ETCD_VERSION,
+    paused: false,
+    pod: {},
+  };
+  const names = [0, 1, 2].map(() => newMemberName(name));
+  const initialCluster = names.map((n) => ({ name: n, peerURL: peerURL(n, name, NS) }));
+  const strip = (pod: V1Pod): V1Pod => ({ ...pod, metadata: { ...pod.metadata, ownerReferences: [] } });
+  return timed(async () => {
+    const service = peerService(owner);
+    await core.createNamespacedService({
+      namespace: NS,
+      body: { ...service, metadata: { ...service.metadata, ownerReferences: [] } },
+    });
+    await Promise.all(
+      names.map((n) =>
+        core.createNamespacedPod({
+          namespace: NS,
+          body: strip(memberPod({ cluster: owner, spec, name: n, initialCluster, state: "new" })),
+        }),
+      ),
+    );
+    await waitFor(`${name} static members healthy`, () => healthyVoters(`etcd_cluster=${name}`, 3), {
+      timeoutMs: 180_000,
+      intervalMs: 50,
+    });
+  });
+}
+
+async function operatorHeal(name: string): Promise<{ totalMs: number; firstActionMs: number }> {
+  const pods = await core.listNamespacedPod({ namespace: NS, labelSelector: `etcd_cluster=${name}` });
+  const victim = pods.items[0]?.metadata?.name ?? "";
+  const started = performance.now();
+  await core.deleteNamespacedPod({ namespace: NS, name: victim, gracePeriodSeconds: 0 });
+  let firstActionMs = -1;
+  await waitFor(
+    `${name} healed`,
+    async () => {
+      if (firstActionMs < 0) {
+        const events = await core.listNamespacedEvent({
+          namespace: NS,
+          fieldSelector: `involvedObject.name=${name},reason=MemberReplaced`,
+        });
+        if (events.items.length > 0) firstActionMs = Math.round(performance.now() - started);
+      }
+      return healthyVoters(`etcd_cluster=${name}`, 3);
+    },
+    { timeoutMs: 180_000, intervalMs: 50 },
+  );
+  return { totalMs: Math.round(performance.now() - started), firstActionMs };
+}
+
+/** By hand: remove the dead member, add a learner, start its pod, promote it. */
+async function manualHeal(name: string): Promise<number> {
+  const owner = {
+    metadata: { name, namespace: NS, uid: `static-${name}` },
+    spec: {},
+  } as unknown as EtcdCluster;
+  const spec = {
+    size: 3,
+    repository: "quay.io/coreos/etcd",
+    version: DEFAULT_ETCD_VERSION,
+    paused: false,
+    pod: {},
+  };
+  const pods = await core.listNamespacedPod({ namespace: NS, labelSelector: `etcd_cluster=${name}` });
+  const victim = pods.items[0]?.metadata?.name ?? "";
+  return timed(async () => {
+    await core.deleteNamespacedPod({ namespace: NS, name: victim, gracePeriodSeconds: 0 });
+    const endpoints = (await podEndpoints(`etcd_cluster=${name}`)).filter(
+      (e) => !pods.items[0]?.status?.podIP || !e.includes(`//${pods.items[0]?.status?.podIP}:`),
+    );
+    const dead = (await listMembers(endpoints)).find((m) => m.name === victim);
+    if (dead) await removeMember(endpoints, dead.id);
+    const fresh = newMemberName(name);
+    let added: Awaited<ReturnType<typeof addLearner>> | undefined;
+    await waitFor(
+      "learner added",
+      async () => {
+        added = await addLearner(endpoints, peerURL(fresh, name, NS)).catch(() => undefined);
+        return added;
+      },
+      { timeoutMs: 60_000, intervalMs: 100 },
+    );
+    const initialCluster = (added?.members ?? []).map((m) => ({
+      name: m.name || fresh,
+      peerURL: m.peerURLs[0] ?? "",
+    }));
+    const pod = memberPod({ cluster: owner, spec, name: fresh, initialCluster, state: "existing" });
+    await core.createNamespacedPod({
+      namespace: NS,
+      body: { ...pod, metadata: { ...pod.metadata, ownerReferences: [] } },
+    });
+    await waitFor(
+      "learner promoted",
+      async () => ((await promoteLearner(endpoints, added?.member.id ?? "")).promoted ? true : undefined),
+      {
+        timeoutMs: 60_000,
+        intervalMs: 100,
+      },
+    );
+    await waitFor(`${name} healthy`, () => healthyVoters(`etcd_cluster=${name}`, 3), {
+      timeoutMs: 60_000,
+      intervalMs: 50,
+    });
+  });
+}
+
+function summary(values: number[]) {
+  const sorted = [...values].sort((a, b) => a - b);
+  const median = sorted[Math.floor(sorted.length / 2)] ?? 0;
+  return { median, min: sorted[0] ?? 0, max: sorted[sorted.length - 1] ?? 0, samples: sorted };
+}
+
+const create = { operator: [] as number[], reference: [] as number[] };
+const heal = { operator: [] as number[], firstAction: [] as number[], reference: [] as number[] };
+for (let i = 0; i < runs; i++) {
+  create.reference.push(await staticCreate(`ref-${i}`));
+  create.operator.push(await operatorCreate(`op-${i}`));
+  heal.reference.push(await manualHeal(`ref-${i}`));
+  const healed = await operatorHeal(`op-${i}`);
+  heal.operator.push(healed.totalMs);
+  heal.firstAction.push(healed.firstActionMs);
+}
+const load = loadavg();
+const createOp = summary(create.operator);
+const createRef = summary(create.reference);
+const healOp = summary(heal.operator);
+const healRef = summary(heal.reference);
+const results = [
+  {
+    scenario: "create",
+    runs,
+    operatorMs: createOp,
+    referenceMs: createRef,
+    ratio: +(createOp.median / createRef.median).toFixed(2),
+    goal: 1.25,
+    loadavg: load,
+  },
+  {
+    scenario: "heal",
+    runs,
+    operatorMs: healOp,
+    referenceMs: healRef,
+    firstActionMs: summary(heal.firstAction),
+    ratio: +(healOp.median / healRef.median).toFixed(2),
+    goal: 1.25,
+    loadavg: load,
+  },
+];
+for (const r of results) process.stdout.write(`${JSON.stringify(r)}\n`);
+await operator.stop();
+await cluster.stop();
