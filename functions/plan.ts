@@ -4,8 +4,11 @@
 //
 // Rules, in order (quorum first — a step never leaves fewer than a majority of voters healthy):
 //  1. Services missing → create them.
-//  2. No pods, no members → seed a one-member cluster (or, if the cluster had members before,
-//     report that all members are lost: re-seeding would silently start an empty database).
+//  2. No pods, no members → bootstrap a brand-new cluster: all spec.size members at once with a
+//     static --initial-cluster (nothing to lose yet, and far faster than joining one by one). If
+//     the cluster had members before, report that all members are lost instead: re-seeding would
+//     silently start an empty database. A bootstrap cut short (worker killed after some pods) is
+//     finished from the member list recorded on the pods.
 //  3. Pods but nobody answers → wait while members start; after that, quorum is lost.
 //  4. A member added to etcd whose pod was never created → create it (finishes a half-done add).
 //  5. A started member whose pod is gone → remove it from etcd (if quorum allows), then add anew.
@@ -21,6 +24,8 @@ export interface PodView {
   name: string;
   /** Pod IP, once the pod has one. */
   ip?: string;
+  /** Names of all members of the bootstrap this pod was created in (see seed). */
+  bootstrap?: string[];
   phase: string;
   ready: boolean;
   terminating: boolean;
@@ -43,7 +48,7 @@ export interface Observation {
 
 export type Step =
   | { kind: "ensure-services" }
-  | { kind: "seed" }
+  | { kind: "seed"; names?: string[] }
   | { kind: "add-member" }
   | { kind: "create-member-pod"; name: string; memberId: string }
   | { kind: "promote-member"; name: string; memberId: string }
@@ -88,6 +93,9 @@ export function planNextStep(o: Observation): Step {
       if (o.pods.length > 0) return wait("PodsTerminating", "waiting for old member pods to terminate", 1000);
       return o.hadMembers ? { kind: "all-members-lost" } : { kind: "seed" };
     }
+    const planned = live.find((p) => p.bootstrap)?.bootstrap ?? [];
+    const missing = planned.filter((name) => !o.pods.some((p) => p.name === name));
+    if (missing.length > 0) return { kind: "seed", names: planned };
     const youngest = Math.max(...live.map((p) => p.createdAtMs));
     if (o.nowMs - youngest < STARTUP_GRACE_MS) {
       return wait("MembersStarting", `waiting for etcd to answer on ${live.length} member pod(s)`, 1000);

@@ -11,7 +11,7 @@ import {
 import { type Condition, setCondition } from "../shared/conditions.ts";
 import { type EndpointStatus, endpointStatuses, listMembers } from "../shared/etcd-members.ts";
 import { memberSelector } from "../shared/kube.ts";
-import { CLIENT_PORT, clientServiceName } from "../shared/member-pods.ts";
+import { BOOTSTRAP_ANNOTATION, CLIENT_PORT, clientServiceName } from "../shared/member-pods.ts";
 import { addMember, createMemberPod } from "./add-member.ts";
 import { ensureServices } from "./ensure-services.ts";
 import { majority, memberPodName, type Observation, type PodView, planNextStep, type Step } from "./plan.ts";
@@ -39,6 +39,7 @@ function podView(pod: V1Pod): PodView {
     ready: pod.status?.conditions?.some((c) => c.type === "Ready" && c.status === "True") ?? false,
     terminating: pod.metadata?.deletionTimestamp !== undefined,
     createdAtMs: pod.metadata?.creationTimestamp ? new Date(pod.metadata.creationTimestamp).getTime() : 0,
+    bootstrap: pod.metadata?.annotations?.[BOOTSTRAP_ANNOTATION]?.split(",").filter(Boolean),
   };
 }
 
@@ -92,7 +93,7 @@ async function runStep(step: Step, input: StepInput, deps: StepDeps): Promise<St
     case "ensure-services":
       return ensureServices(input, deps);
     case "seed":
-      return seed(input, deps);
+      return seed(input, deps, step.names);
     case "add-member":
       return addMember(input, deps);
     case "create-member-pod":

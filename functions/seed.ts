@@ -1,29 +1,35 @@
-// Step: start a new cluster with one member (`--initial-cluster-state=new`); the others join one
-// at a time afterwards, as learners. The pod name is fresh each time, so a replay after a crash
-// finds the first pod (the planner sees pods) instead of creating a second seed.
-import { memberPod, newMemberName, peerURL } from "../shared/member-pods.ts";
+// Step: bootstrap a brand-new cluster. All spec.size members start at once with a static
+// `--initial-cluster` and `--initial-cluster-state=new`, as a script would: safe because there
+// is no data yet, and one round of pod starts instead of one learner join per member (each join
+// costs etcd's 5-second reconfiguration guard). Every pod records the full member list, so a
+// bootstrap cut short by a killed worker is finished with the same names, never a second cluster.
+import { BOOTSTRAP_ANNOTATION, memberPod, newMemberName, peerURL } from "../shared/member-pods.ts";
 import type { StepDeps, StepInput, StepOutcome } from "./step.ts";
 
-export async function seed(input: StepInput, deps: StepDeps): Promise<StepOutcome> {
+export async function seed(input: StepInput, deps: StepDeps, planned?: string[]): Promise<StepOutcome> {
   const namespace = input.cluster.metadata?.namespace ?? "default";
   const clusterName = input.cluster.metadata?.name ?? "";
-  const name = newMemberName(clusterName);
-  await deps.guard();
-  await deps.kube.createPod(
-    memberPod({
-      cluster: input.cluster,
-      spec: input.spec,
-      name,
-      initialCluster: [{ name, peerURL: peerURL(name, clusterName, namespace) }],
-      state: "new",
-    }),
-  );
+  const names = planned ?? Array.from({ length: input.spec.size }, () => newMemberName(clusterName));
+  const initialCluster = names.map((name) => ({ name, peerURL: peerURL(name, clusterName, namespace) }));
+  const existing = new Set(input.observation.pods.map((p) => p.name));
+  for (const name of names) {
+    if (existing.has(name)) continue;
+    await deps.guard();
+    const pod = memberPod({ cluster: input.cluster, spec: input.spec, name, initialCluster, state: "new" });
+    pod.metadata = {
+      ...pod.metadata,
+      annotations: { ...pod.metadata?.annotations, [BOOTSTRAP_ANNOTATION]: names.join(",") },
+    };
+    await deps.kube.createPod(pod);
+  }
   return {
     requeueAfterMs: 500,
     event: {
       type: "Normal",
       reason: "SeedMemberCreated",
-      message: `created seed member ${name} (etcd ${input.spec.version})`,
+      message: planned
+        ? `finished bootstrapping members ${names.join(", ")}`
+        : `bootstrapping ${names.length} member(s) ${names.join(", ")} (etcd ${input.spec.version})`,
     },
   };
 }

@@ -20,6 +20,8 @@ export const CLIENT_PORT = 2379;
 export const PEER_PORT = 2380;
 export const DATA_DIR = "/var/etcd/data";
 export const VERSION_ANNOTATION = "etcd.version";
+/** On each pod of a bootstrap: every member name of that bootstrap, comma-separated. */
+export const BOOTSTRAP_ANNOTATION = "etcd.database.coreos.com/bootstrap-members";
 
 const ALPHABET = "bcdfghjklmnpqrstvwxz2456789";
 

@@ -78,6 +78,24 @@ t.test("services come first, then the seed", async (t) => {
   t.same(planNextStep(observation({ size: 3 })), { kind: "seed" });
 });
 
+t.test("a bootstrap cut short is finished with the same member names", async (t) => {
+  const planned = ["c-a", "c-b", "c-c"];
+  const step = planNextStep(
+    observation({
+      size: 3,
+      pods: [pod("c-a", { bootstrap: planned, ready: false, createdAtMs: NOW - 1000 })],
+    }),
+  );
+  t.same(step, { kind: "seed", names: planned });
+  const complete = planNextStep(
+    observation({
+      size: 3,
+      pods: planned.map((n) => pod(n, { bootstrap: planned, ready: false, createdAtMs: NOW - 1000 })),
+    }),
+  );
+  t.equal(complete.kind, "wait", "all bootstrap pods exist: wait for them to form the cluster");
+});
+
 t.test("losing every pod of a formed cluster is reported, never silently re-seeded", async (t) => {
   t.same(planNextStep(observation({ size: 3, hadMembers: true })), { kind: "all-members-lost" });
 });
