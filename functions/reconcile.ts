@@ -248,6 +248,17 @@ function simpleStatus(
   };
 }
 
+function withoutTimestamps(status: EtcdClusterStatus | undefined): string {
+  return JSON.stringify({
+    ...status,
+    conditions: status?.conditions?.map(({ lastUpdateTime: _u, lastTransitionTime: _t, ...rest }) => rest),
+  });
+}
+
+export function sameStatus(a: EtcdClusterStatus | undefined, b: EtcdClusterStatus): boolean {
+  return withoutTimestamps(a) === withoutTimestamps(b);
+}
+
 export async function reconcile(input: ReconcileInput, deps: StepDeps): Promise<ReconcileResult> {
   const cluster = await deps.kube.getCluster(input.namespace, input.name);
   // Deleted (or being deleted): the garbage collector removes pods and Services via owner references.
@@ -326,6 +337,8 @@ export async function reconcile(input: ReconcileInput, deps: StepDeps): Promise<
     log.info({ reason: outcome.event.reason }, outcome.event.message);
     await deps.kube.event(cluster, outcome.event.type, outcome.event.reason, outcome.event.message);
   }
-  await deps.kube.patchClusterStatus(cluster, clusterStatus(observation, step, outcome, now));
+  const status = clusterStatus(observation, step, outcome, now);
+  // Skip writes that would only move timestamps: each write is an update event for every watcher.
+  if (!sameStatus(cluster.status, status)) await deps.kube.patchClusterStatus(cluster, status);
   return { kind: "step", step, outcome };
 }

@@ -32,6 +32,19 @@ export interface Watcher {
   ready: Promise<void>;
 }
 
+/** What the planner reads from a pod: phase, readiness, IP, deletion, restarts. */
+export function podSummary(pod: V1Pod): string {
+  const ready = pod.status?.conditions?.some((c) => c.type === "Ready" && c.status === "True") ?? false;
+  const restarts = (pod.status?.containerStatuses ?? []).reduce((n, c) => n + (c.restartCount ?? 0), 0);
+  return [
+    pod.status?.phase,
+    ready,
+    pod.status?.podIP,
+    pod.metadata?.deletionTimestamp ? "deleting" : "",
+    restarts,
+  ].join("|");
+}
+
 export function startWatcher(deps: WatcherDeps): Watcher {
   const { kc, config } = deps;
   const log = deps.log.child({ component: "watcher" });
@@ -77,16 +90,35 @@ export function startWatcher(deps: WatcherDeps): Watcher {
       log.error({ err: error, cluster: `${ns}/${name}` }, "could not enqueue reconcile"),
     );
   };
+  // Our own status writes also arrive as updates; only spec (generation), annotations or a
+  // deletion are news to the planner.
+  const lastGeneration = new Map<string, string>();
   const onCluster = (reason: string) => (cluster: EtcdCluster) => {
     if (!inScope(cluster, config)) return;
+    const uid = cluster.metadata?.uid ?? "";
+    const marker = [
+      cluster.metadata?.generation,
+      JSON.stringify(cluster.metadata?.annotations ?? {}),
+      cluster.metadata?.deletionTimestamp ? "deleting" : "",
+    ].join("|");
+    if (lastGeneration.get(uid) === marker) return;
+    lastGeneration.set(uid, marker);
     enqueue(cluster.metadata?.namespace ?? "", cluster.metadata?.name ?? "", reason);
   };
   clusters.on("add", onCluster("added"));
   clusters.on("update", onCluster("updated"));
+  // The kubelet rewrites pod status often (probe times, conditions); only changes the planner
+  // looks at are worth a reconcile, or waits would be cut short by every status write.
+  const lastSeen = new Map<string, string>();
   const onPod = (reason: string) => (pod: V1Pod) => {
     const owner = pod.metadata?.ownerReferences?.find((o) => o.kind === "EtcdCluster" && o.controller);
     const ns = pod.metadata?.namespace ?? "";
     if (!owner) return;
+    const uid = pod.metadata?.uid ?? "";
+    const summary = podSummary(pod);
+    if (reason === "pod deleted") lastSeen.delete(uid);
+    else if (lastSeen.get(uid) === summary) return;
+    else lastSeen.set(uid, summary);
     const cluster = clusters.get(owner.name, ns);
     if (cluster && !inScope(cluster, config)) return;
     enqueue(ns, owner.name, reason);

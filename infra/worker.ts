@@ -91,7 +91,12 @@ export function createProcessor(deps: WorkerDeps) {
         throw new UnrecoverableError(`invalid spec: ${result.problems.join("; ")}`);
       }
       if (result.kind === "step") {
-        log.debug({ step: result.step.kind, requeueAfterMs: result.outcome.requeueAfterMs }, "step done");
+        const why =
+          result.step.kind === "wait" ? { reason: result.step.reason, message: result.step.message } : {};
+        log.debug(
+          { step: result.step.kind, requeueAfterMs: result.outcome.requeueAfterMs, ...why },
+          "step done",
+        );
         requeueAfterMs = result.outcome.requeueAfterMs;
       }
     } catch (error) {

@@ -161,7 +161,14 @@ export function memberIdFromHex(hex: string): string {
 // Clients
 
 function createClient(endpoint: string, options: EtcdClientOptions): Etcd3 {
-  const clientOptions: IOptions = { hosts: endpoint };
+  const clientOptions: IOptions = {
+    hosts: endpoint,
+    // grpc-js shares connections to one address across all clients of the process, including
+    // their reconnect back-off: after a member refused one connection (it was still starting),
+    // every later client would wait out that back-off (1 s, 1.6 s, 2.6 s, … up to 2 min) and
+    // time out. A private pool per client makes each call dial afresh.
+    grpcOptions: { "grpc.use_local_subchannel_pool": 1 },
+  };
   const tls = options.tls;
   if (tls) {
     if ((tls.cert === undefined) !== (tls.key === undefined)) {
@@ -175,6 +182,7 @@ function createClient(endpoint: string, options: EtcdClientOptions): Etcd3 {
     };
     if (tls.serverName) {
       clientOptions.grpcOptions = {
+        ...clientOptions.grpcOptions,
         "grpc.ssl_target_name_override": tls.serverName,
         "grpc.default_authority": tls.serverName,
       };

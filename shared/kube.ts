@@ -19,9 +19,11 @@ import {
   PLURAL,
   VERSION,
 } from "./api/etcd-cluster.ts";
+import { httpStatusOf, ignoreConflict, orUndefinedOn404 } from "./kube-errors.ts";
 
 export const MERGE_PATCH = setHeaderOptions("Content-Type", PatchStrategy.MergePatch);
 export const COMPONENT = "etcd-operator";
+export { httpStatusOf };
 
 /** Labels on every pod the operator creates (the coreos operator's labels, so selectors still match). */
 export function memberLabels(clusterName: string): Record<string, string> {
@@ -30,30 +32,6 @@ export function memberLabels(clusterName: string): Record<string, string> {
 
 export function memberSelector(clusterName: string): string {
   return `app=etcd,etcd_cluster=${clusterName}`;
-}
-
-export function httpStatusOf(error: unknown): number | undefined {
-  if (typeof error === "object" && error !== null && "code" in error && typeof error.code === "number")
-    return error.code;
-  return undefined;
-}
-
-async function orUndefinedOn404<T>(work: Promise<T>): Promise<T | undefined> {
-  try {
-    return await work;
-  } catch (error) {
-    if (httpStatusOf(error) === 404) return undefined;
-    throw error;
-  }
-}
-
-/** Ignores "already exists" (409) so creates can be replayed. */
-async function ignoreConflict(work: Promise<unknown>): Promise<void> {
-  try {
-    await work;
-  } catch (error) {
-    if (httpStatusOf(error) !== 409) throw error;
-  }
 }
 
 export function ownerReference(cluster: EtcdCluster): V1OwnerReference {

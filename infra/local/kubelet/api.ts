@@ -14,22 +14,10 @@ import {
   type V1PodStatus,
   type V1ServiceAccountTokenProjection,
 } from "@kubernetes/client-node";
+import { httpStatusOf, orUndefinedOn404 } from "../../../shared/kube-errors.ts";
 import type { VolumeSource } from "./volumes.ts";
 
-export function httpStatus(error: unknown): number | undefined {
-  if (typeof error === "object" && error !== null && "code" in error && typeof error.code === "number")
-    return error.code;
-  return undefined;
-}
-
-async function orUndefinedOn404<T>(work: Promise<T>): Promise<T | undefined> {
-  try {
-    return await work;
-  } catch (error) {
-    if (httpStatus(error) === 404) return undefined;
-    throw error;
-  }
-}
+export { httpStatusOf as httpStatus };
 
 const MERGE_PATCH = setHeaderOptions("Content-Type", PatchStrategy.MergePatch);
 
@@ -114,7 +102,7 @@ export class KubeletApi implements VolumeSource {
         MERGE_PATCH,
       );
     } catch (error) {
-      if (httpStatus(error) === 404 || httpStatus(error) === 409) return;
+      if (httpStatusOf(error) === 404 || httpStatusOf(error) === 409) return;
       throw error;
     }
   }
@@ -128,7 +116,7 @@ export class KubeletApi implements VolumeSource {
         body: { gracePeriodSeconds: 0, preconditions: { uid: pod.metadata?.uid } },
       });
     } catch (error) {
-      if (httpStatus(error) === 404 || httpStatus(error) === 409) return;
+      if (httpStatusOf(error) === 404 || httpStatusOf(error) === 409) return;
       throw error;
     }
   }
@@ -190,7 +178,7 @@ export class KubeletApi implements VolumeSource {
         },
       });
     } catch (error) {
-      if (httpStatus(error) !== 409) throw error;
+      if (httpStatusOf(error) !== 409) throw error;
     }
   }
 
@@ -198,7 +186,7 @@ export class KubeletApi implements VolumeSource {
     try {
       await this.core.createNode({ body: node });
     } catch (error) {
-      if (httpStatus(error) !== 409) throw error;
+      if (httpStatusOf(error) !== 409) throw error;
     }
     await this.core.patchNodeStatus({ name: this.nodeName, body: { status: node.status } }, MERGE_PATCH);
   }
@@ -219,7 +207,7 @@ export class KubeletApi implements VolumeSource {
         MERGE_PATCH,
       );
     } catch (error) {
-      if (httpStatus(error) !== 404) throw error;
+      if (httpStatusOf(error) !== 404) throw error;
       await this.coordination.createNamespacedLease({
         namespace,
         body: {

@@ -1,0 +1,27 @@
+// The few HTTP outcomes of Kubernetes API calls that callers treat as normal: 404 on a read or a
+// delete (already gone), 409 on a create (already there). Shared by the operator and the kubelet.
+
+export function httpStatusOf(error: unknown): number | undefined {
+  if (typeof error === "object" && error !== null && "code" in error && typeof error.code === "number")
+    return error.code;
+  return undefined;
+}
+
+/** The object, or undefined when the API says 404. */
+export async function orUndefinedOn404<T>(work: Promise<T>): Promise<T | undefined> {
+  try {
+    return await work;
+  } catch (error) {
+    if (httpStatusOf(error) === 404) return undefined;
+    throw error;
+  }
+}
+
+/** Ignores "already exists" (409) so creates can be replayed. */
+export async function ignoreConflict(work: Promise<unknown>): Promise<void> {
+  try {
+    await work;
+  } catch (error) {
+    if (httpStatusOf(error) !== 409) throw error;
+  }
+}
