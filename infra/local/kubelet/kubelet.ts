@@ -41,6 +41,7 @@ type Cache<T extends KubernetesObject> = Informer<T> & ObjectCache<T>;
 class IpAllocator {
   private readonly byUid = new Map<string, string>();
   private readonly base: string;
+  private next = 2;
 
   constructor(base: string) {
     this.base = base;
@@ -50,10 +51,14 @@ class IpAllocator {
     const held = this.byUid.get(uid);
     if (held) return held;
     const used = new Set(this.byUid.values());
-    for (let host = 2; host < 255; host++) {
+    // Round-robin from the last one handed out, so a freed IP is not reused at once (clients
+    // and caches may still point at the old pod).
+    for (let i = 0; i < 253; i++) {
+      const host = 2 + ((this.next - 2 + i) % 253);
       const ip = `${this.base}.${host}`;
       if (!used.has(ip)) {
         this.byUid.set(uid, ip);
+        this.next = host + 1 > 254 ? 2 : host + 1;
         return ip;
       }
     }

@@ -124,6 +124,10 @@ export async function createPodNetwork(p: PodNetwork): Promise<void> {
     await ip(["-n", p.netns, "link", "set", "dev", "eth0", "up"]);
     await ip(["-n", p.netns, "link", "set", "dev", "lo", "up"]);
     await ip(["-n", p.netns, "route", "add", "default", "via", p.gateway, "dev", "eth0"]);
+    // A pod IP may have belonged to a deleted pod moments ago: the host's neighbour cache would
+    // still send its packets to the old MAC until the stale entry times out (~10 s of hung
+    // connects). Forget it, so the first packet asks ARP afresh.
+    await ip(["neigh", "flush", "to", p.ip, "dev", p.bridge]).catch(() => undefined);
   } catch (error) {
     await deletePodNetwork(p.netns, p.vethHost).catch(() => undefined);
     throw error;
