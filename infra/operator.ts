@@ -13,9 +13,9 @@ import { Kube } from "../shared/kube.ts";
 import { createLogger, type Logger } from "../shared/log.ts";
 import { RECONCILE_QUEUE } from "../shared/queue.ts";
 import { installCrds } from "./crds.ts";
-import { scheduleResync } from "./scheduler.ts";
+import { guardSchedules } from "./scheduler.ts";
 import { startWatcher, type Watcher } from "./watcher.ts";
-import { startWorker } from "./worker.ts";
+import { resyncAll, startWorker } from "./worker.ts";
 
 export type Role = "all" | "watcher" | "worker" | "scheduler";
 
@@ -45,7 +45,15 @@ export async function startOperator(options: {
     log.info("CRDs installed or up to date");
   }
   if (role === "all" || role === "scheduler") {
-    await scheduleResync(queue, config);
+    const kube = new Kube(kc);
+    const guard = await guardSchedules(
+      queue,
+      redis,
+      config,
+      () => resyncAll({ kube, redis, queue, config }),
+      log,
+    );
+    closers.push(async () => guard.stop());
     log.info({ everyMs: config.reconcileIntervalMs }, "resync scheduled");
   }
   if (role === "all" || role === "worker") {

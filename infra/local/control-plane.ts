@@ -5,6 +5,7 @@
 import { existsSync, mkdirSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { request } from "node:https";
 import { join } from "node:path";
+import { setTimeout as sleep } from "node:timers/promises";
 import { stringify } from "yaml";
 import {
   createCertificateAuthority,
@@ -20,6 +21,7 @@ import {
   readPidFile,
   startDaemon,
   stopDaemon,
+  stopDaemonFromPidFile,
   waitUntil,
 } from "./daemons.ts";
 import { deleteBridge, deletePodNetwork, ensureBridge, listNetns } from "./kubelet/sandbox.ts";
@@ -55,6 +57,10 @@ export interface LocalClusterState {
 export interface LocalCluster extends LocalClusterState {
   /** Stops every process, removes namespaces, mounts, the bridge and the instance's files. */
   stop(): Promise<void>;
+  /** Stops kube-apiserver, keeps it down for `downMs`, and starts it again on the same port. */
+  restartApiserver(downMs?: number): Promise<void>;
+  /** Stops Redis and starts it again on the same port (its append-only file keeps the data). */
+  restartRedis(downMs?: number): Promise<void>;
 }
 
 const DAEMONS = ["kubelet", "kube-controller-manager", "kube-apiserver", "redis", "etcd"] as const;
@@ -284,8 +290,9 @@ async function startApiserver(
   assets: Assets,
   pki: Pki,
   etcdUrl: string,
+  fixedPort?: number,
 ): Promise<{ url: string; record: PidRecord }> {
-  const port = await freePort();
+  const port = fixedPort ?? (await freePort());
   const url = `https://127.0.0.1:${port}`;
   const log = logFile(layout, "kube-apiserver");
   const record = startDaemon({
@@ -480,19 +487,16 @@ export async function startLocalCluster(options: LocalClusterOptions = {}): Prom
       waitForNamespaceDefaults(apiserver.url, pki),
     );
     let redisUrl: string | undefined;
+    const redisOptions = {
+      dir: join(layout.dir, "redis"),
+      logFile: logFile(layout, "redis"),
+      pidFile: pidFile(layout, "redis"),
+    };
+    let redisPort: number | undefined;
     if (options.redis ?? true) {
-      redisUrl = await timed(
-        log,
-        "redis",
-        async () =>
-          (
-            await startRedis({
-              dir: join(layout.dir, "redis"),
-              logFile: logFile(layout, "redis"),
-              pidFile: pidFile(layout, "redis"),
-            })
-          ).url,
-      );
+      const redis = await timed(log, "redis", () => startRedis(redisOptions));
+      redisUrl = redis.url;
+      redisPort = redis.port;
     }
     if (options.kubelet ?? true) {
       await timed(log, "process kubelet", () => startKubelet(layout, assets, pki, apiserver.url));
@@ -510,7 +514,22 @@ export async function startLocalCluster(options: LocalClusterOptions = {}): Prom
       startedAt: new Date().toISOString(),
     };
     writeFileSync(layout.statePath, JSON.stringify(state, null, 2));
-    return { ...state, stop };
+    const apiserverPort = Number(new URL(apiserver.url).port);
+    const restartApiserver = async (downMs = 0) => {
+      await stopDaemonFromPidFile(pidFile(layout, "kube-apiserver"));
+      log(`kube-apiserver stopped; restarting in ${downMs} ms`);
+      await sleep(downMs);
+      await startApiserver(layout, assets, pki, etcd.url, apiserverPort);
+      log("kube-apiserver restarted");
+    };
+    const restartRedis = async (downMs = 0) => {
+      if (redisPort === undefined) throw new Error(`local cluster "${name}" runs without Redis`);
+      await stopDaemonFromPidFile(pidFile(layout, "redis"));
+      await sleep(downMs);
+      await startRedis({ ...redisOptions, port: redisPort });
+      log("redis restarted");
+    };
+    return { ...state, stop, restartApiserver, restartRedis };
   } catch (error) {
     // Leave the logs for the error message, but no processes or namespaces.
     const reason = error instanceof Error ? error.message : String(error);

@@ -1,6 +1,6 @@
-// Redis for BullMQ, from Debian's redis-server, on a free loopback port with its data in the
-// instance's folder. Persistence is off: queue state of a local cluster is disposable, and the
-// operator is built to rebuild its work from the cluster state when Redis is wiped.
+// Redis for BullMQ, from Debian's redis-server, on a free loopback port with its data (an
+// append-only file) in the instance's folder, so a restart keeps the queues; the operator also
+// rebuilds its work from the cluster state when Redis is wiped.
 import { execFileSync } from "node:child_process";
 import { mkdirSync } from "node:fs";
 import { createConnection } from "node:net";
@@ -57,10 +57,14 @@ export async function startRedis(
       "127.0.0.1",
       "--dir",
       options.dir,
+      // Append-only persistence, as BullMQ recommends: a restarted Redis keeps its queues
+      // (tests that want them gone flush them on purpose).
       "--save",
       "",
       "--appendonly",
-      "no",
+      "yes",
+      "--appendfsync",
+      "everysec",
       "--daemonize",
       "no",
       // BullMQ requires that Redis never evicts its keys.
