@@ -2,12 +2,8 @@
 // member list and health), pick ONE next step with the planner, run it, and write status.
 // Level-triggered and stateless: the job carries only which cluster; running it twice is harmless.
 import type { V1Pod } from "@kubernetes/client-node";
-import {
-  type EtcdCluster,
-  type EtcdClusterStatus,
-  type NormalizedSpec,
-  validateEtcdClusterSpec,
-} from "../shared/api/etcd-cluster.ts";
+import type { EtcdCluster, EtcdClusterStatus, NormalizedSpec } from "../shared/api/etcd-cluster.ts";
+import { validateEtcdClusterSpec } from "../shared/api/validate-etcd-cluster.ts";
 import { type Condition, setCondition } from "../shared/conditions.ts";
 import { type EndpointStatus, endpointStatuses, listMembers } from "../shared/etcd-members.ts";
 import { memberSelector } from "../shared/kube.ts";

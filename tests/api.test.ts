@@ -18,9 +18,9 @@ import {
   SCOPE_CLUSTERWIDE,
   type SpecValidation,
   supportedMinors,
-  validateEtcdClusterSpec,
 } from "../shared/api/etcd-cluster.ts";
 import { EtcdRestoreSpecSchema, EtcdRestoreStatusSchema } from "../shared/api/etcd-restore.ts";
+import { validateEtcdClusterSpec } from "../shared/api/validate-etcd-cluster.ts";
 import { DEFAULT_ETCD_VERSION, ETCD_VERSIONS, minorOf } from "../shared/etcd-versions.ts";
 
 function problemsOf(result: SpecValidation): string[] {

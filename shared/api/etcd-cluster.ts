@@ -3,7 +3,7 @@
 // unchanged. Each TypeBox schema here is the one source for the TypeScript type, the runtime check and
 // (through infra/crds.ts) the CRD's OpenAPI schema, so `kubectl explain` reads these descriptions.
 // Checks a schema cannot express (supported etcd minors, reserved labels, readable messages) live in
-// validateEtcdClusterSpec below.
+// validate-etcd-cluster.ts.
 
 import type {
   V1Affinity,
@@ -15,8 +15,7 @@ import type {
   V1Toleration,
 } from "@kubernetes/client-node";
 import { type Static, type TUnsafe, Type } from "@sinclair/typebox";
-import { Value } from "@sinclair/typebox/value";
-import { DEFAULT_ETCD_VERSION, ETCD_VERSIONS, minorOf } from "../etcd-versions.ts";
+import { DEFAULT_ETCD_VERSION, minorOf } from "../etcd-versions.ts";
 
 // ---------------------------------------------------------------------------------------------------------
 // Names
@@ -83,19 +82,19 @@ export function isOperatorOwnedEtcdEnv(name: string): boolean {
 // Patterns shared by the schema (CEL rules the API server runs) and the validator below. RE2-compatible.
 
 /** "3.7.3" or "v3.7.3": the operator pulls `<repository>:v<version>`. */
-const VERSION_RE = "^v?([0-9]+)\\.([0-9]+)\\.([0-9]+)$";
+export const VERSION_RE = "^v?([0-9]+)\\.([0-9]+)\\.([0-9]+)$";
 const DOMAIN_COMPONENT = "[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?";
 const PATH_COMPONENT = "[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*";
 /** An image name without tag or digest, per the Docker reference grammar: `[host[:port]/]path[/path…]`. */
-const REPOSITORY_RE = `^(?:${DOMAIN_COMPONENT}(?:\\.${DOMAIN_COMPONENT})*(?::[0-9]+)?/)?${PATH_COMPONENT}(?:/${PATH_COMPONENT})*$`;
+export const REPOSITORY_RE = `^(?:${DOMAIN_COMPONENT}(?:\\.${DOMAIN_COMPONENT})*(?::[0-9]+)?/)?${PATH_COMPONENT}(?:/${PATH_COMPONENT})*$`;
 /** A full image reference: repository plus an optional tag and digest. */
-const IMAGE_RE = `${REPOSITORY_RE.slice(0, -1)}(?::[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?(?:@[a-z0-9]+:[a-f0-9]{32,})?$`;
+export const IMAGE_RE = `${REPOSITORY_RE.slice(0, -1)}(?::[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?(?:@[a-z0-9]+:[a-f0-9]{32,})?$`;
 const DNS1123_LABEL = "[a-z0-9](?:[-a-z0-9]*[a-z0-9])?";
-const DNS1123_SUBDOMAIN_RE = `^${DNS1123_LABEL}(?:\\.${DNS1123_LABEL})*$`;
-const LABEL_NAME_RE = "^(?:[A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$";
-const LABEL_VALUE_RE = "^(?:(?:[A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$";
+export const DNS1123_SUBDOMAIN_RE = `^${DNS1123_LABEL}(?:\\.${DNS1123_LABEL})*$`;
+export const LABEL_NAME_RE = "^(?:[A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$";
+export const LABEL_VALUE_RE = "^(?:(?:[A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$";
 /** Kubernetes' classic rule for environment variable names (what a shell and etcd can read back). */
-const ENV_NAME_RE = "^[-._a-zA-Z][-._a-zA-Z0-9]*$";
+export const ENV_NAME_RE = "^[-._a-zA-Z][-._a-zA-Z0-9]*$";
 
 /** A CEL string literal for `text`. */
 function cel(text: string): string {
@@ -484,9 +483,6 @@ export interface EtcdCluster {
   status?: EtcdClusterStatus;
 }
 
-// ---------------------------------------------------------------------------------------------------------
-// Validation and normalization
-
 /** The spec with defaults filled in and the version without its "v". */
 export interface NormalizedSpec {
   size: number;
@@ -510,403 +506,6 @@ export function supportedMinors(): string[] {
   return minors;
 }
 
-/** The minors this operator builds and tests: the ones to suggest. */
-function testedMinors(): string[] {
-  return ETCD_VERSIONS.map(minorOf);
-}
-
-function parseMinor(minor: string): number {
+export function parseMinor(minor: string): number {
   return Number(minor.split(".")[1]);
-}
-
-function listInWords(items: string[]): string {
-  if (items.length <= 1) return items.join("");
-  return `${items.slice(0, -1).join(", ")} or ${items[items.length - 1]}`;
-}
-
-interface Problem {
-  path: string;
-  message: string;
-}
-
-type Json = Record<string, unknown>;
-
-function isRecord(value: unknown): value is Json {
-  return typeof value === "object" && value !== null && !Array.isArray(value);
-}
-
-function show(value: unknown): string {
-  return typeof value === "string" ? JSON.stringify(value) : (JSON.stringify(value) ?? String(value));
-}
-
-const matches = (re: string, value: string): boolean => new RegExp(re).test(value);
-
-/**
- * Checks an EtcdCluster spec (as read from the API or a manifest) beyond what the CRD schema enforces and
- * fills in its defaults. Problems are whole sentences naming the field, for conditions, Events and
- * admission responses.
- */
-export function validateEtcdClusterSpec(spec: unknown): SpecValidation {
-  if (!isRecord(spec)) {
-    return { ok: false, problems: [`spec must be an object with at least spec.size (got ${show(spec)})`] };
-  }
-  const problems: Problem[] = [];
-  const warnings: string[] = [];
-  checkSize(spec.size, problems, warnings);
-  const version = checkVersion(spec.version ?? DEFAULT_ETCD_VERSION, problems, warnings);
-  const repository = spec.repository ?? DEFAULT_REPOSITORY;
-  checkRepository(repository, problems);
-  if (spec.paused !== undefined && typeof spec.paused !== "boolean") {
-    problems.push({
-      path: "spec.paused",
-      message: `spec.paused must be true or false (got ${show(spec.paused)})`,
-    });
-  }
-  if (spec.pod !== undefined) checkPod(spec.pod, problems);
-  if (spec.TLS !== undefined) checkTls(spec.TLS, problems);
-  // Whatever else the schema finds (a wrong type deep in the pod policy, say), unless a check above
-  // already explained that field better.
-  for (const error of Value.Errors(EtcdClusterSpecSchema, spec)) {
-    const path = `spec${pointerToPath(error.path)}`;
-    const key = canonical(path);
-    if (problems.some((p) => key === canonical(p.path) || key.startsWith(`${canonical(p.path)}.`))) continue;
-    problems.push({ path, message: `${path}: ${error.message.toLowerCase()} (got ${show(error.value)})` });
-  }
-  if (problems.length > 0 || version === undefined || typeof repository !== "string") {
-    return { ok: false, problems: problems.map((p) => p.message) };
-  }
-  const valid = spec as EtcdClusterSpec;
-  const normalized: NormalizedSpec = {
-    size: valid.size,
-    repository,
-    version,
-    paused: valid.paused ?? false,
-    pod: valid.pod ?? {},
-  };
-  if (valid.TLS !== undefined) normalized.TLS = valid.TLS;
-  return { ok: true, spec: normalized, warnings };
-}
-
-/** `a["b"][0]` → "a.b.0", to compare paths however they were written. */
-function canonical(path: string): string {
-  return path.replace(/\[("(?:[^"\\]|\\.)*"|[0-9]+)\]/g, (_, inner: string) =>
-    inner.startsWith('"') ? `.${JSON.parse(inner)}` : `.${inner}`,
-  );
-}
-
-/** "/pod/etcdEnv/0/name" → ".pod.etcdEnv[0].name" */
-function pointerToPath(pointer: string): string {
-  return pointer
-    .split("/")
-    .slice(1)
-    .map((segment) => segment.replaceAll("~1", "/").replaceAll("~0", "~"))
-    .map((segment) =>
-      /^[0-9]+$/.test(segment)
-        ? `[${segment}]`
-        : /^[A-Za-z_][A-Za-z0-9_]*$/.test(segment)
-          ? `.${segment}`
-          : `[${JSON.stringify(segment)}]`,
-    )
-    .join("");
-}
-
-function checkSize(size: unknown, problems: Problem[], warnings: string[]): void {
-  const path = "spec.size";
-  if (size === undefined) {
-    problems.push({ path, message: "spec.size is required: the number of etcd members, e.g. 3" });
-  } else if (typeof size !== "number" || !Number.isInteger(size)) {
-    problems.push({ path, message: `spec.size must be a whole number of members (got ${show(size)})` });
-  } else if (size < 1) {
-    problems.push({
-      path,
-      message: `spec.size ${size} is too small: an etcd cluster needs at least 1 member`,
-    });
-  } else if (size > MAX_CLUSTER_SIZE) {
-    problems.push({
-      path,
-      message:
-        `spec.size ${size} is too large: this operator runs at most ${MAX_CLUSTER_SIZE} members, because every ` +
-        "write waits for a majority of them; 3, 5 or 7 are the usual sizes",
-    });
-  } else if (size % 2 === 0) {
-    warnings.push(
-      `spec.size ${size} is even: it tolerates no more failed members than ${size - 1} would; ` +
-        `an odd size (${size - 1} or ${size + 1}) is recommended`,
-    );
-  }
-}
-
-/** The version without "v", or undefined after recording why it cannot be used. */
-function checkVersion(version: unknown, problems: Problem[], warnings: string[]): string | undefined {
-  const path = "spec.version";
-  const suggestion = `use ${listInWords(testedMinors())} (e.g. "${DEFAULT_ETCD_VERSION}")`;
-  if (typeof version !== "string") {
-    problems.push({
-      path,
-      message: `spec.version must be a string like "${DEFAULT_ETCD_VERSION}" (got ${show(version)})`,
-    });
-    return undefined;
-  }
-  const parts = new RegExp(VERSION_RE).exec(version);
-  if (!parts) {
-    problems.push({
-      path,
-      message:
-        `spec.version ${show(version)} is not an etcd release: give major.minor.patch like ` +
-        `"${DEFAULT_ETCD_VERSION}" (a leading "v" is allowed)`,
-    });
-    return undefined;
-  }
-  const [major, minor] = [Number(parts[1]), Number(parts[2])];
-  const oldest = parseMinor(OLDEST_SUPPORTED_MINOR);
-  const newest = parseMinor(minorOf(DEFAULT_ETCD_VERSION));
-  const notSupported = `spec.version ${show(version)} is not supported`;
-  if (major < 3 || (major === 3 && minor < oldest)) {
-    problems.push({
-      path,
-      message: `${notSupported}: etcd older than ${OLDEST_SUPPORTED_MINOR} cannot be run by this operator; ${suggestion}`,
-    });
-    return undefined;
-  }
-  if (major > 3 || minor > newest) {
-    problems.push({
-      path,
-      message: `${notSupported}: etcd ${major}.${minor} is newer than this operator knows (newest: 3.${newest}); ${suggestion}`,
-    });
-    return undefined;
-  }
-  const normalized = version.replace(/^v/, "");
-  if (!testedMinors().includes(minorOf(normalized))) {
-    warnings.push(
-      `spec.version ${show(version)}: etcd 3.${minor} runs but is not tested by this operator; ${suggestion}`,
-    );
-  }
-  return normalized;
-}
-
-function checkRepository(repository: unknown, problems: Problem[]): void {
-  const path = "spec.repository";
-  const example = `like "${DEFAULT_REPOSITORY}"`;
-  if (typeof repository !== "string") {
-    problems.push({ path, message: `spec.repository must be a string ${example} (got ${show(repository)})` });
-    return;
-  }
-  const forbidden = [...new Set(repository.match(/[^A-Za-z0-9._\-/:@]/g) ?? [])];
-  const lastSegment = repository.slice(repository.lastIndexOf("/") + 1);
-  if (forbidden.length > 0) {
-    problems.push({
-      path,
-      message:
-        `spec.repository ${show(repository)} contains characters that cannot appear in an image repository ` +
-        `(${forbidden.map(show).join(", ")}): give a repository ${example}`,
-    });
-  } else if (lastSegment.includes(":") || repository.includes("@")) {
-    problems.push({
-      path,
-      message:
-        `spec.repository ${show(repository)} must not carry a tag or digest: the operator runs ` +
-        `<repository>:v<spec.version>, so give ${show(repository.replace(/(@.*|:[^/:]*)$/, ""))} and set spec.version`,
-    });
-  } else if (repository.length > 255 || !matches(REPOSITORY_RE, repository)) {
-    problems.push({
-      path,
-      message:
-        `spec.repository ${show(repository)} is not a valid image repository: give [registry[:port]/]path ` +
-        `with a lower-case path, ${example}`,
-    });
-  }
-}
-
-/** A label key: an optional DNS subdomain and "/", then a name of ≤ 63 characters. */
-function labelKeyProblem(key: string): string | undefined {
-  const slash = key.indexOf("/");
-  const prefix = slash >= 0 ? key.slice(0, slash) : undefined;
-  const name = slash >= 0 ? key.slice(slash + 1) : key;
-  if (prefix !== undefined && (prefix.length > 253 || !matches(DNS1123_SUBDOMAIN_RE, prefix))) {
-    return `its prefix ${show(prefix)} must be a lower-case DNS subdomain like "example.com"`;
-  }
-  if (name.length === 0 || name.length > 63 || !matches(LABEL_NAME_RE, name)) {
-    return (
-      `its name ${show(name)} must be 1 to 63 letters, digits, "-", "_" or "." and start and end with ` +
-      "a letter or digit"
-    );
-  }
-  return undefined;
-}
-
-function checkStringMap(
-  value: unknown,
-  path: string,
-  what: "label" | "annotation",
-  problems: Problem[],
-): Json | undefined {
-  if (!isRecord(value)) {
-    problems.push({
-      path,
-      message: `${path} must be a map of ${what} keys to string values (got ${show(value)})`,
-    });
-    return undefined;
-  }
-  for (const [key, v] of Object.entries(value)) {
-    const at = `${path}[${JSON.stringify(key)}]`;
-    const keyProblem = labelKeyProblem(key);
-    if (keyProblem) {
-      problems.push({ path: at, message: `${path} has an invalid ${what} key ${show(key)}: ${keyProblem}` });
-    } else if (typeof v !== "string") {
-      problems.push({
-        path: at,
-        message: `${at} must be a string (got ${show(v)}); quote numbers and booleans`,
-      });
-    } else if (what === "label" && (v.length > 63 || !matches(LABEL_VALUE_RE, v))) {
-      problems.push({
-        path: at,
-        message:
-          `${at} has an invalid value ${show(v)}: label values are at most 63 letters, digits, "-", "_" or "." ` +
-          "and start and end with a letter or digit",
-      });
-    }
-  }
-  return value;
-}
-
-function checkPod(pod: unknown, problems: Problem[]): void {
-  const path = "spec.pod";
-  if (!isRecord(pod)) {
-    problems.push({ path, message: `spec.pod must be an object (got ${show(pod)})` });
-    return;
-  }
-  if (pod.labels !== undefined) {
-    const labels = checkStringMap(pod.labels, `${path}.labels`, "label", problems);
-    for (const key of Object.keys(labels ?? {})) {
-      if (RESERVED_LABEL_KEYS.includes(key) || key.startsWith(RESERVED_LABEL_PREFIX)) {
-        problems.push({
-          path: `${path}.labels[${JSON.stringify(key)}]`,
-          message:
-            `spec.pod.labels must not set ${show(key)}: the operator labels its pods with "app" and "etcd_*" ` +
-            "and finds them by those labels",
-        });
-      }
-    }
-  }
-  if (pod.nodeSelector !== undefined)
-    checkStringMap(pod.nodeSelector, `${path}.nodeSelector`, "label", problems);
-  if (pod.annotations !== undefined) {
-    const annotations = checkStringMap(pod.annotations, `${path}.annotations`, "annotation", problems);
-    for (const key of Object.keys(annotations ?? {})) {
-      if (RESERVED_ANNOTATIONS.includes(key)) {
-        problems.push({
-          path: `${path}.annotations[${JSON.stringify(key)}]`,
-          message: `spec.pod.annotations must not set ${show(key)}: the operator records each member's etcd version in it`,
-        });
-      }
-    }
-  }
-  if (pod.etcdEnv !== undefined) checkEtcdEnv(pod.etcdEnv, problems);
-  if (pod.busyboxImage !== undefined) {
-    const image = pod.busyboxImage;
-    if (typeof image !== "string" || image.length > 512 || !matches(IMAGE_RE, image)) {
-      problems.push({
-        path: `${path}.busyboxImage`,
-        message: `spec.pod.busyboxImage ${show(image)} is not a valid image reference, e.g. "${DEFAULT_BUSYBOX_IMAGE}"`,
-      });
-    }
-  }
-  const timeout = pod.DNSTimeoutInSecond;
-  if (timeout !== undefined && (typeof timeout !== "number" || !Number.isInteger(timeout) || timeout < 0)) {
-    problems.push({
-      path: `${path}.DNSTimeoutInSecond`,
-      message: `spec.pod.DNSTimeoutInSecond must be a whole number of seconds, 0 or more (got ${show(timeout)})`,
-    });
-  }
-  const domain = pod.ClusterDomain;
-  if (domain !== undefined && domain !== "") {
-    const bare = typeof domain === "string" ? domain.replace(/^\./, "") : domain;
-    if (typeof bare !== "string" || bare.length > 253 || !matches(DNS1123_SUBDOMAIN_RE, bare)) {
-      problems.push({
-        path: `${path}.ClusterDomain`,
-        message: `spec.pod.ClusterDomain ${show(domain)} must be a lower-case DNS domain like ".cluster.local"`,
-      });
-    }
-  }
-}
-
-function checkEtcdEnv(env: unknown, problems: Problem[]): void {
-  const path = "spec.pod.etcdEnv";
-  if (!Array.isArray(env)) {
-    problems.push({ path, message: `${path} must be a list of {name, value} entries (got ${show(env)})` });
-    return;
-  }
-  const seen = new Set<string>();
-  env.forEach((entry: unknown, index) => {
-    const at = `${path}[${index}]`;
-    if (!isRecord(entry) || typeof entry.name !== "string") {
-      problems.push({ path: at, message: `${at} must be an entry with a name (got ${show(entry)})` });
-      return;
-    }
-    const name = entry.name;
-    if (!matches(ENV_NAME_RE, name)) {
-      problems.push({
-        path: at,
-        message: `${at} has an invalid name ${show(name)}: use letters, digits, "_", "-" or ".", not starting with a digit`,
-      });
-    } else if (isOperatorOwnedEtcdEnv(name)) {
-      problems.push({
-        path: at,
-        message:
-          `${at} sets ${name}, which the operator sets itself from the cluster spec (etcd would refuse to ` +
-          "start with both); remove it. `kubectl explain etcdcluster.spec.pod.etcdEnv` lists the variables " +
-          "the operator owns",
-      });
-    } else if (seen.has(name)) {
-      problems.push({ path: at, message: `${at} sets ${name} a second time; keep one entry` });
-    } else if (entry.value !== undefined && entry.valueFrom !== undefined) {
-      problems.push({ path: at, message: `${at} (${name}) gives both value and valueFrom; keep one` });
-    }
-    seen.add(name);
-  });
-}
-
-function checkTls(tls: unknown, problems: Problem[]): void {
-  if (!isRecord(tls)) {
-    problems.push({ path: "spec.TLS", message: `spec.TLS must be an object (got ${show(tls)})` });
-    return;
-  }
-  if (tls.static === undefined) return;
-  const staticTls = tls.static;
-  if (!isRecord(staticTls)) {
-    problems.push({
-      path: "spec.TLS.static",
-      message: `spec.TLS.static must be an object (got ${show(staticTls)})`,
-    });
-    return;
-  }
-  const member = isRecord(staticTls.member) ? staticTls.member : {};
-  const secrets: [string, unknown][] = [
-    ["spec.TLS.static.member.peerSecret", member.peerSecret],
-    ["spec.TLS.static.member.serverSecret", member.serverSecret],
-    ["spec.TLS.static.operatorSecret", staticTls.operatorSecret],
-  ];
-  for (const [path, name] of secrets) {
-    if (name === undefined) continue;
-    if (typeof name !== "string" || name.length > 253 || !matches(DNS1123_SUBDOMAIN_RE, name)) {
-      problems.push({
-        path,
-        message: `${path} ${show(name)} is not a valid Secret name: use lower-case letters, digits, "-" and "."`,
-      });
-    }
-  }
-  // coreos's rule: client TLS on the members means the operator needs a client certificate, and a client
-  // certificate without client TLS is a mistake.
-  const hasServer = typeof member.serverSecret === "string" && member.serverSecret !== "";
-  const hasOperator = typeof staticTls.operatorSecret === "string" && staticTls.operatorSecret !== "";
-  if (hasServer !== hasOperator) {
-    problems.push({
-      path: "spec.TLS.static",
-      message: hasServer
-        ? "spec.TLS.static.member.serverSecret is set but operatorSecret is not: the operator needs a client " +
-          "certificate (operatorSecret) to reach members that serve clients over TLS"
-        : "spec.TLS.static.operatorSecret is set but member.serverSecret is not: give the members a server " +
-          "certificate too, or drop operatorSecret",
-    });
-  }
 }
