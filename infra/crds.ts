@@ -11,6 +11,7 @@ import { setTimeout as sleep } from "node:timers/promises";
 import { fileURLToPath } from "node:url";
 import {
   ApiextensionsV1Api,
+  CustomObjectsApi,
   type KubeConfig,
   PatchStrategy,
   setHeaderOptions,
@@ -411,6 +412,33 @@ export async function installCrds(kc: KubeConfig, options: { timeoutMs?: number 
     }
   }
   for (const crd of crds) await waitEstablished(api, crd.metadata.name, options.timeoutMs ?? 30_000);
+  // Established is not yet servable: for a moment after it, requests for the new resource get
+  // 429 "storage is (re)initializing". Return only once each resource can be listed.
+  const custom = kc.makeApiClient(CustomObjectsApi);
+  for (const crd of crds) await waitServed(custom, crd, options.timeoutMs ?? 30_000);
+}
+
+async function waitServed(custom: CustomObjectsApi, crd: CrdManifest, timeoutMs: number): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  const version = crd.spec.versions.find((v) => v.served)?.name ?? "";
+  let lastError: unknown;
+  while (Date.now() < deadline) {
+    try {
+      await custom.listClusterCustomObject({
+        group: crd.spec.group,
+        version,
+        plural: crd.spec.names.plural,
+        limit: 1,
+      });
+      return;
+    } catch (error) {
+      lastError = error;
+      await sleep(100);
+    }
+  }
+  throw new Error(`the CRD ${crd.metadata.name} is Established but not served within ${timeoutMs} ms`, {
+    cause: lastError,
+  });
 }
 
 async function waitEstablished(api: ApiextensionsV1Api, name: string, timeoutMs: number): Promise<void> {

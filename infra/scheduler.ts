@@ -45,7 +45,8 @@ export async function guardSchedules(
     await redis.set(SCHEDULE_MARKER, new Date().toISOString());
     log.info({ clusters: count }, "every cluster enqueued");
   };
-  await check();
+  // A failed first check (apiserver or Redis not ready yet) is retried on the next tick.
+  await check().catch((error: unknown) => log.warn({ err: error }, "first schedule check failed; retrying"));
   const timer = setInterval(() => {
     check().catch((error: unknown) => log.warn({ err: error }, "schedule check failed"));
   }, config.reconcileIntervalMs);

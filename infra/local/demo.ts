@@ -18,6 +18,13 @@ import { clientsFor, waitFor } from "./kube-wait.ts";
 const say = (line: string) => process.stderr.write(`\x1b[1m[demo]\x1b[0m ${line}\n`);
 const assets = await ensureAssets({ log: say });
 const cluster = await startLocalCluster({ log: say });
+// Whatever fails from here on, the local cluster must not be left running.
+process.on("uncaughtException", (error) => fail(error));
+process.on("unhandledRejection", (error) => fail(error));
+function fail(error: unknown): void {
+  process.stderr.write(`demo failed: ${error instanceof Error ? (error.stack ?? error.message) : String(error)}\n`);
+  void cluster.stop().finally(() => process.exit(1));
+}
 const { kc } = clientsFor(cluster.kubeconfigPath);
 const custom = kc.makeApiClient(CustomObjectsApi);
 say("installing the CRDs");
