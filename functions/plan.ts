@@ -15,9 +15,14 @@
 //  6. A pod that is no member → delete it (a removed member, or a pod of an undone add).
 //  7. A learner whose pod is Ready → promote it; etcd refuses while it lags, so we retry.
 //  8. While any voter is unhealthy, do not scale.
-//  9. Fewer voters than spec.size → add one; more → remove one follower (never the leader).
+//  9. Members run an older version than spec.version → upgrade one member at a time along the
+//     path etcd allows (one minor per phase), followers first; the leader last, after moving
+//     leadership to an upgraded member. Each member is replaced only once every voter is healthy
+//     and runs what its pod says. Downgrades are refused.
+// 10. Fewer voters than spec.size → add one; more → remove one follower (never the leader).
 import type { EtcdCluster, NormalizedSpec } from "../shared/api/etcd-cluster.ts";
 import type { EndpointStatus, MemberInfo } from "../shared/etcd-members.ts";
+import { compareVersions, minorOf, upgradePath } from "../shared/etcd-versions.ts";
 import { memberNameFromPeerURL } from "../shared/member-pods.ts";
 
 export interface PodView {
@@ -26,6 +31,8 @@ export interface PodView {
   ip?: string;
   /** Names of all members of the bootstrap this pod was created in (see seed). */
   bootstrap?: string[];
+  /** The etcd version the pod is set to run (its image tag). */
+  version?: string;
   phase: string;
   ready: boolean;
   terminating: boolean;
@@ -44,6 +51,8 @@ export interface Observation {
   health: Map<string, EndpointStatus>;
   /** The cluster was formed before (status recorded members): losing every pod is data loss. */
   hadMembers: boolean;
+  /** etcd's cluster version ("3.6.0"): raised by the leader once every member runs that minor. */
+  clusterVersion?: string;
 }
 
 export type Step =
@@ -54,6 +63,9 @@ export type Step =
   | { kind: "promote-member"; name: string; memberId: string }
   | { kind: "remove-member"; name: string; memberId: string; reason: "scale-down" | "dead" }
   | { kind: "delete-pod"; name: string; reason: string }
+  | { kind: "upgrade-member"; name: string; memberId: string; from: string; to: string }
+  | { kind: "move-leader"; fromId: string; toId: string; toName: string; reason: string }
+  | { kind: "version-refused"; message: string }
   | { kind: "wait"; reason: string; message: string; afterMs: number }
   | { kind: "all-members-lost" }
   | { kind: "quorum-lost"; message: string }
@@ -154,7 +166,11 @@ export function planNextStep(o: Observation): Step {
     return wait("MemberUnhealthy", `waiting for member(s) ${sick.join(", ")} to become healthy`, 1000);
   }
 
-  // 9. Scale.
+  // 9. Upgrade.
+  const upgrade = planUpgrade(o, voters);
+  if (upgrade) return upgrade;
+
+  // 10. Scale.
   if (voters.length < o.spec.size) return { kind: "add-member" };
   if (voters.length > o.spec.size) {
     const leader = leaderId(o);
@@ -171,6 +187,73 @@ export function planNextStep(o: Observation): Step {
     };
   }
   return { kind: "steady" };
+}
+
+function planUpgrade(o: Observation, voters: MemberInfo[]): Step | undefined {
+  const byName = new Map(o.pods.map((p) => [p.name, p]));
+  const podOf = (m: MemberInfo) => byName.get(memberPodName(m) ?? "");
+  const versions = voters.map((m) => podOf(m)?.version).filter((v): v is string => v !== undefined);
+  if (versions.length === 0) return undefined;
+  const lowest = [...versions].sort(compareVersions)[0] ?? o.spec.version;
+  const path = upgradePath(lowest, o.spec.version);
+  if (!path.ok) {
+    // A cluster already past spec.version (e.g. spec edited down) is refused, not touched.
+    return { kind: "version-refused", message: path.message };
+  }
+  const phase = path.steps[0];
+  if (!phase) return undefined;
+  // The member upgraded last must run its new version before the next one goes.
+  for (const m of voters) {
+    const pod = podOf(m);
+    const running = o.health.get(pod?.name ?? "")?.version;
+    if (pod?.version && running && running !== pod.version) {
+      return wait(
+        "MemberUpgrading",
+        `waiting for ${pod.name} to run etcd ${pod.version} (runs ${running})`,
+        1000,
+      );
+    }
+  }
+  // Entering a new minor needs etcd to have raised the cluster version to the current one first
+  // (it does so a few seconds after the last member upgraded): a member of the next minor that
+  // meets entries still written in the older format cannot apply them.
+  if (
+    minorOf(phase) !== minorOf(lowest) &&
+    (!o.clusterVersion || minorOf(o.clusterVersion) !== minorOf(lowest))
+  ) {
+    return wait(
+      "ClusterVersionPending",
+      `waiting for etcd to raise the cluster version to ${minorOf(lowest)} (now ${o.clusterVersion ?? "unknown"}) before upgrading to ${phase}`,
+      1000,
+    );
+  }
+  const behind = voters.filter((m) => compareVersions(podOf(m)?.version ?? phase, phase) < 0);
+  if (behind.length === 0) return undefined;
+  const leader = leaderId(o);
+  const follower = behind.find((m) => m.id !== leader);
+  const target = follower ?? behind[0];
+  if (!target) return undefined;
+  if (!follower && voters.length > 1) {
+    const upgraded = voters.find(
+      (m) => m.id !== target.id && compareVersions(podOf(m)?.version ?? "0.0.0", phase) >= 0,
+    );
+    if (upgraded) {
+      return {
+        kind: "move-leader",
+        fromId: target.id,
+        toId: upgraded.id,
+        toName: memberPodName(upgraded) ?? upgraded.id,
+        reason: `the leader is upgraded last`,
+      };
+    }
+  }
+  return {
+    kind: "upgrade-member",
+    name: memberPodName(target) ?? target.id,
+    memberId: target.id,
+    from: podOf(target)?.version ?? "",
+    to: phase,
+  };
 }
 
 function wait(reason: string, message: string, afterMs: number): Step {

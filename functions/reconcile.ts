@@ -7,7 +7,12 @@ import { validateEtcdClusterSpec } from "../shared/api/validate-etcd-cluster.ts"
 import { type Condition, setCondition } from "../shared/conditions.ts";
 import { type EndpointStatus, endpointStatuses, listMembers } from "../shared/etcd-members.ts";
 import { memberSelector } from "../shared/kube.ts";
-import { BOOTSTRAP_ANNOTATION, CLIENT_PORT, clientServiceName } from "../shared/member-pods.ts";
+import {
+  BOOTSTRAP_ANNOTATION,
+  CLIENT_PORT,
+  clientServiceName,
+  VERSION_ANNOTATION,
+} from "../shared/member-pods.ts";
 import { addMember, createMemberPod } from "./add-member.ts";
 import { ensureServices } from "./ensure-services.ts";
 import { majority, memberPodName, type Observation, type PodView, planNextStep, type Step } from "./plan.ts";
@@ -15,6 +20,7 @@ import { promoteMember } from "./promote-member.ts";
 import { deleteMemberPod, removeMember } from "./remove-member.ts";
 import { seed } from "./seed.ts";
 import type { StepDeps, StepInput, StepOutcome } from "./step.ts";
+import { moveLeader, upgradeMember } from "./upgrade-member.ts";
 
 export interface ReconcileInput {
   namespace: string;
@@ -36,7 +42,19 @@ function podView(pod: V1Pod): PodView {
     terminating: pod.metadata?.deletionTimestamp !== undefined,
     createdAtMs: pod.metadata?.creationTimestamp ? new Date(pod.metadata.creationTimestamp).getTime() : 0,
     bootstrap: pod.metadata?.annotations?.[BOOTSTRAP_ANNOTATION]?.split(",").filter(Boolean),
+    version: pod.metadata?.annotations?.[VERSION_ANNOTATION],
   };
+}
+
+/** etcd's cluster version from a member's /version endpoint ({"etcdcluster": "3.6.0"}). */
+async function fetchClusterVersion(endpoint: string, timeoutMs: number): Promise<string | undefined> {
+  try {
+    const response = await fetch(`${endpoint}/version`, { signal: AbortSignal.timeout(timeoutMs) });
+    const body = (await response.json()) as { etcdcluster?: string };
+    return body.etcdcluster && body.etcdcluster !== "not_decided" ? body.etcdcluster : undefined;
+  } catch {
+    return undefined;
+  }
 }
 
 export async function observe(
@@ -72,7 +90,11 @@ export async function observe(
     }
   }
   const previous = cluster.status?.members;
+  const clusterVersion = answering[0]
+    ? await fetchClusterVersion(answering[0], deps.etcd.timeoutMs ?? 3000)
+    : undefined;
   return {
+    clusterVersion,
     nowMs: Date.now(),
     cluster,
     spec,
@@ -117,6 +139,12 @@ async function runStep(step: Step, input: StepInput, deps: StepDeps): Promise<St
             "every member pod is gone and no member holds data; restore from a backup (EtcdRestore) or delete and re-create the cluster",
         },
       };
+    case "upgrade-member":
+      return upgradeMember(input, deps, step.name, step.from, step.to);
+    case "move-leader":
+      return moveLeader(input, deps, step.toId, step.toName, step.reason);
+    case "version-refused":
+      return { event: { type: "Warning", reason: "VersionRefused", message: step.message } };
     case "steady":
       return {};
   }
@@ -133,6 +161,9 @@ const PROGRESS_REASON: Record<Step["kind"], string> = {
   wait: "Waiting",
   "quorum-lost": "QuorumLost",
   "all-members-lost": "AllMembersLost",
+  "upgrade-member": "UpgradingMember",
+  "move-leader": "MovingLeader",
+  "version-refused": "VersionRefused",
   steady: "Stable",
 };
 
@@ -165,7 +196,7 @@ export function clusterStatus(
   const versions = [...o.health.values()].flatMap((s) => (s.ok && s.version ? [s.version] : [])).sort();
   const available = voters.length > 0 && healthyVoters >= majority(voters.length);
   const failed = step.kind === "all-members-lost";
-  const degraded = failed || step.kind === "quorum-lost";
+  const degraded = failed || step.kind === "quorum-lost" || step.kind === "version-refused";
 
   let conditions = previous.conditions as Condition[] | undefined;
   conditions = setCondition(

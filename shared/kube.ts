@@ -22,6 +22,7 @@ import {
 import { httpStatusOf, ignoreConflict, orUndefinedOn404 } from "./kube-errors.ts";
 
 export const MERGE_PATCH = setHeaderOptions("Content-Type", PatchStrategy.MergePatch);
+export const JSON_PATCH = setHeaderOptions("Content-Type", PatchStrategy.JsonPatch);
 export const COMPONENT = "etcd-operator";
 export { httpStatusOf };
 
@@ -119,6 +120,30 @@ export class Kube {
     } catch (error) {
       if (httpStatusOf(error) !== 404) throw error;
     }
+  }
+
+  /** Changes one container's image (and pod annotations) in place: the kubelet restarts it. */
+  async patchPodImage(
+    namespace: string,
+    name: string,
+    container: string,
+    image: string,
+    annotations: Record<string, string>,
+  ): Promise<void> {
+    const pod = await this.core.readNamespacedPod({ namespace, name });
+    const index = pod.spec?.containers.findIndex((c) => c.name === container) ?? -1;
+    if (index < 0) throw new Error(`pod ${namespace}/${name} has no container "${container}"`);
+    const pointer = (key: string) => key.replace(/~/g, "~0").replace(/\//g, "~1");
+    const operations: object[] = [
+      // The test guards against a concurrent change: the patch applies only to the pod we read.
+      { op: "test", path: "/metadata/uid", value: pod.metadata?.uid },
+      { op: "replace", path: `/spec/containers/${index}/image`, value: image },
+    ];
+    if (!pod.metadata?.annotations) operations.push({ op: "add", path: "/metadata/annotations", value: {} });
+    for (const [key, value] of Object.entries(annotations)) {
+      operations.push({ op: "add", path: `/metadata/annotations/${pointer(key)}`, value });
+    }
+    await this.core.patchNamespacedPod({ namespace, name, body: operations }, JSON_PATCH);
   }
 
   async getService(namespace: string, name: string): Promise<V1Service | undefined> {

@@ -218,3 +218,71 @@ t.test("no plan ever removes a member when that leaves fewer than a majority hea
   }
   t.ok(checked > 100);
 });
+
+t.test(
+  "an upgrade goes one member at a time, followers first, the leader last after moving leadership",
+  async (t) => {
+    const members = [member("a", "1"), member("b", "2"), member("c", "3")];
+    const at = (versions: Record<string, string>) =>
+      ["a", "b", "c"].map((n) => pod(n, { version: versions[n] }));
+    const running = (versions: Record<string, string>) =>
+      new Map(
+        ["a", "b", "c"].map((n) => [n, { endpoint: n, ok: true, leaderId: "1", version: versions[n] }]),
+      );
+    const o = (pods: Record<string, string>, run: Record<string, string>, clusterVersion = "3.5.0") =>
+      observation({
+        size: 3,
+        pods: at(pods),
+        members,
+        health: running(run),
+        spec: { ...spec(3), version: "3.7.3" },
+        clusterVersion,
+      });
+    const old = { a: "3.5.35", b: "3.5.35", c: "3.5.35" };
+    const first = planNextStep(o(old, old));
+    t.same(
+      first,
+      { kind: "upgrade-member", name: "b", memberId: "2", from: "3.5.35", to: "3.6.16" },
+      "a follower first, to 3.6 (not 3.7)",
+    );
+    const midway = { a: "3.5.35", b: "3.6.16", c: "3.5.35" };
+    t.equal(planNextStep(o(midway, old)).kind, "wait", "waits until b runs what its pod says");
+    t.same(planNextStep(o(midway, midway)), {
+      kind: "upgrade-member",
+      name: "c",
+      memberId: "3",
+      from: "3.5.35",
+      to: "3.6.16",
+    });
+    const leaderLeft = { a: "3.5.35", b: "3.6.16", c: "3.6.16" };
+    const move = planNextStep(o(leaderLeft, leaderLeft));
+    t.equal(move.kind, "move-leader", "leadership moves off the last old member");
+    const all36 = { a: "3.6.16", b: "3.6.16", c: "3.6.16" };
+    t.equal(
+      planNextStep(o(all36, all36, "3.5.0")).kind,
+      "wait",
+      "no 3.7 member before the cluster version is 3.6",
+    );
+    t.same(
+      planNextStep(o(all36, all36, "3.6.0")),
+      { kind: "upgrade-member", name: "b", memberId: "2", from: "3.6.16", to: "3.7.3" },
+      "then the next minor",
+    );
+    const unhealthy = observation({
+      size: 3,
+      pods: at(old),
+      members,
+      health: new Map([ok("a"), ok("b"), down("c")]),
+      spec: { ...spec(3), version: "3.7.3" },
+    });
+    t.equal(planNextStep(unhealthy).kind, "wait", "never while a voter is unhealthy");
+    const downgrade = observation({
+      size: 3,
+      pods: at(all36),
+      members,
+      health: running(all36),
+      spec: { ...spec(3), version: "3.5.35" },
+    });
+    t.equal(planNextStep(downgrade).kind, "version-refused", "a downgrade is refused");
+  },
+);

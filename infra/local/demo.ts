@@ -22,7 +22,9 @@ const cluster = await startLocalCluster({ log: say });
 process.on("uncaughtException", (error) => fail(error));
 process.on("unhandledRejection", (error) => fail(error));
 function fail(error: unknown): void {
-  process.stderr.write(`demo failed: ${error instanceof Error ? (error.stack ?? error.message) : String(error)}\n`);
+  process.stderr.write(
+    `demo failed: ${error instanceof Error ? (error.stack ?? error.message) : String(error)}\n`,
+  );
   void cluster.stop().finally(() => process.exit(1));
 }
 const { kc } = clientsFor(cluster.kubeconfigPath);

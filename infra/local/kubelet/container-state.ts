@@ -28,6 +28,8 @@ export interface ContainerState {
   restartCount: number;
   ready: boolean;
   started: boolean;
+  /** Set while the container is stopped because its definition (image) changed. */
+  replacing?: boolean;
   /** Earliest time of the next start attempt (back-off). */
   notBefore: number;
   /** Current back-off step, doubling from 10 s up to 5 min as a real kubelet does. */

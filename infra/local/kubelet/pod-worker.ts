@@ -293,6 +293,13 @@ export class PodWorker {
     const policy = this.pod.spec?.restartPolicy ?? "Always";
     for (const spec of this.pod.spec?.containers ?? []) {
       const state = this.state(spec.name, false);
+      if (state.pid !== undefined && spec.image !== state.image) {
+        // The image of a running container was changed (the only container field a pod update
+        // may change): like the kubelet, kill it and start it again at once with the new image.
+        this.event("Normal", "Killing", `Container ${spec.name} definition changed, will be restarted`);
+        state.replacing = true;
+        await this.stopProcess(state, (this.pod.spec?.terminationGracePeriodSeconds ?? 30) * 1000);
+      }
       if (state.pid !== undefined) continue;
       if (state.terminated) {
         const failed = state.terminated.exitCode !== 0;
@@ -434,6 +441,7 @@ export class PodWorker {
     state.pid = pid;
     state.containerId = containerId;
     state.imageId = image.imageId;
+    state.image = spec.image ?? "";
     state.startedAt = new Date();
     state.ready = false;
     state.started = !spec.startupProbe;
@@ -473,7 +481,12 @@ export class PodWorker {
       policy === "Always" ||
       (policy === "OnFailure" && terminated.exitCode !== 0) ||
       (state.init && policy !== "Never");
-    if (willRestart && !this.terminating) {
+    if (state.replacing) {
+      // A restart for a changed definition is no failure: no back-off.
+      state.replacing = false;
+      state.restartCount += 1;
+      state.notBefore = 0;
+    } else if (willRestart && !this.terminating) {
       state.restartCount += state.init && terminated.exitCode === 0 ? 0 : 1;
       // A container that ran for 10 minutes starts its back-off afresh.
       state.backoffMs = ranLong ? 0 : nextBackoff(state.backoffMs);
