@@ -3,7 +3,7 @@
 // every rule is unit-tested, and replaying a decision on the same world gives the same step.
 //
 // Rules, in order (quorum first — a step never leaves fewer than a majority of voters healthy):
-//  1. Services missing → create them.
+//  1. Services or the quorum PodDisruptionBudget missing (or sized for another size) → fix them.
 //  2. No pods, no members → bootstrap a brand-new cluster: all spec.size members at once with a
 //     static --initial-cluster (nothing to lose yet, and far faster than joining one by one). If
 //     the cluster had members before, report that all members are lost instead: re-seeding would
@@ -44,7 +44,8 @@ export interface Observation {
   cluster: EtcdCluster;
   spec: NormalizedSpec;
   pods: PodView[];
-  services: { peer: boolean; client: boolean };
+  /** Which of the cluster's Services exist, and whether its PodDisruptionBudget keeps the right quorum. */
+  services: { peer: boolean; client: boolean; budget?: boolean };
   /** undefined when no member endpoint answered. */
   members?: MemberInfo[];
   /** Health of each pod's client endpoint, by pod name. */
@@ -95,7 +96,8 @@ function leaderId(observation: Observation): string | undefined {
 }
 
 export function planNextStep(o: Observation): Step {
-  if (!o.services.peer || !o.services.client) return { kind: "ensure-services" };
+  if (!o.services.peer || !o.services.client || o.services.budget === false)
+    return { kind: "ensure-services" };
 
   const live = o.pods.filter((p) => !p.terminating);
   const liveByName = new Map(live.map((p) => [p.name, p]));

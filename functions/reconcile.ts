@@ -64,10 +64,11 @@ export async function observe(
 ): Promise<Observation> {
   const namespace = cluster.metadata?.namespace ?? "default";
   const name = cluster.metadata?.name ?? "";
-  const [pods, peer, client] = await Promise.all([
+  const [pods, peer, client, budget] = await Promise.all([
     deps.kube.listMemberPods(namespace, name),
     deps.kube.getService(namespace, name),
     deps.kube.getService(namespace, clientServiceName(name)),
+    deps.kube.getPodDisruptionBudget(namespace, name),
   ]);
   const views = pods.map(podView);
   const reachable = views.filter((p) => p.ip && !p.terminating);
@@ -99,7 +100,11 @@ export async function observe(
     cluster,
     spec,
     pods: views,
-    services: { peer: peer !== undefined, client: client !== undefined },
+    services: {
+      peer: peer !== undefined,
+      client: client !== undefined,
+      budget: budget?.spec?.minAvailable === majority(spec.size),
+    },
     members,
     health,
     hadMembers: (previous?.ready?.length ?? 0) + (previous?.unready?.length ?? 0) > 0,

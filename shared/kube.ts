@@ -6,9 +6,11 @@ import {
   CustomObjectsApi,
   type KubeConfig,
   PatchStrategy,
+  PolicyV1Api,
   setHeaderOptions,
   type V1OwnerReference,
   type V1Pod,
+  type V1PodDisruptionBudget,
   type V1Service,
 } from "@kubernetes/client-node";
 import {
@@ -49,10 +51,31 @@ export function ownerReference(cluster: EtcdCluster): V1OwnerReference {
 export class Kube {
   readonly core: CoreV1Api;
   readonly custom: CustomObjectsApi;
+  readonly policy: PolicyV1Api;
 
   constructor(kc: KubeConfig) {
     this.core = kc.makeApiClient(CoreV1Api);
     this.custom = kc.makeApiClient(CustomObjectsApi);
+    this.policy = kc.makeApiClient(PolicyV1Api);
+  }
+
+  async getPodDisruptionBudget(namespace: string, name: string): Promise<V1PodDisruptionBudget | undefined> {
+    return orUndefinedOn404(this.policy.readNamespacedPodDisruptionBudget({ namespace, name }));
+  }
+
+  /** Creates the budget, or sets its minAvailable when it exists. */
+  async applyPodDisruptionBudget(budget: V1PodDisruptionBudget): Promise<void> {
+    const namespace = budget.metadata?.namespace ?? "default";
+    const name = budget.metadata?.name ?? "";
+    try {
+      await this.policy.createNamespacedPodDisruptionBudget({ namespace, body: budget });
+    } catch (error) {
+      if (httpStatusOf(error) !== 409) throw error;
+      await this.policy.patchNamespacedPodDisruptionBudget(
+        { namespace, name, body: { spec: { minAvailable: budget.spec?.minAvailable } } },
+        MERGE_PATCH,
+      );
+    }
   }
 
   async getCluster(namespace: string, name: string): Promise<EtcdCluster | undefined> {

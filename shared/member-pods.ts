@@ -8,6 +8,7 @@ import type {
   V1Container,
   V1EnvVar,
   V1Pod,
+  V1PodDisruptionBudget,
   V1PodSecurityContext,
   V1ResourceRequirements,
   V1Service,
@@ -190,5 +191,21 @@ export function clientService(cluster: EtcdCluster): V1Service {
       selector: memberLabels(clusterName),
       ports: [{ name: "client", port: CLIENT_PORT, targetPort: CLIENT_PORT }],
     },
+  };
+}
+
+/** Voluntary disruptions (node drains, evictions) may never take the cluster below quorum. */
+export function quorumBudget(cluster: EtcdCluster, size: number): V1PodDisruptionBudget {
+  const clusterName = cluster.metadata?.name ?? "";
+  return {
+    apiVersion: "policy/v1",
+    kind: "PodDisruptionBudget",
+    metadata: {
+      name: clusterName,
+      namespace: cluster.metadata?.namespace,
+      labels: memberLabels(clusterName),
+      ownerReferences: [ownerReference(cluster)],
+    },
+    spec: { minAvailable: Math.floor(size / 2) + 1, selector: { matchLabels: memberLabels(clusterName) } },
   };
 }

@@ -3,7 +3,7 @@
 // operator's watcher and workers as separate processes.
 import { execFileSync } from "node:child_process";
 import { readdirSync, readFileSync } from "node:fs";
-import { CustomObjectsApi } from "@kubernetes/client-node";
+import { CustomObjectsApi, PolicyV1Api } from "@kubernetes/client-node";
 import { Etcd3 } from "etcd3";
 import t from "tap";
 import { installCrds } from "../infra/crds.ts";
@@ -20,6 +20,7 @@ const cluster = await startLocalCluster({ name: "e2e-operator" });
 t.teardown(() => cluster.stop());
 const { kc, core } = clientsFor(cluster.kubeconfigPath);
 const custom = kc.makeApiClient(CustomObjectsApi);
+const policy = kc.makeApiClient(PolicyV1Api);
 await installCrds(kc);
 
 const processes: OperatorProcess[] = [];
@@ -185,6 +186,11 @@ t.test("the seeds' example cluster becomes Available with three voting members",
   t.equal(ready.status?.phase, "Running");
   t.equal(ready.status?.currentVersion, "3.7.3");
   t.equal(ready.status?.clientURL, "http://example-etcd-cluster-client.default.svc:2379");
+  const budget = await policy.readNamespacedPodDisruptionBudget({
+    namespace: NS,
+    name: "example-etcd-cluster",
+  });
+  t.equal(budget.spec?.minAvailable, 2, "a PodDisruptionBudget keeps a majority of 3 available");
   const table = kubectl("get", "etcd");
   t.match(table, /NAME\s+SIZE\s+READY\s+VERSION\s+PHASE\s+AGE/);
   t.match(table, /example-etcd-cluster\s+3\s+3\s+3\.7\.3\s+Running/);
@@ -206,6 +212,11 @@ t.test("scale 3 → 5 → 3 converges with every acknowledged write kept", async
   const writer = startWriter("example-etcd-cluster");
   kubectl("scale", "etcd/example-etcd-cluster", "--replicas=5");
   await waitConverged("example-etcd-cluster", 5);
+  const budget = await policy.readNamespacedPodDisruptionBudget({
+    namespace: NS,
+    name: "example-etcd-cluster",
+  });
+  t.equal(budget.spec?.minAvailable, 3, "the budget follows the size: a majority of 5");
   kubectl("scale", "etcd/example-etcd-cluster", "--replicas=3");
   await waitConverged("example-etcd-cluster", 3);
   const { acknowledged } = await writer.stop();
