@@ -17,6 +17,7 @@ import { type EtcdCluster, GROUP, PLURAL, VERSION } from "../shared/api/etcd-clu
 import { loadConfig } from "../shared/config.ts";
 import { addLearner, listMembers, promoteLearner, removeMember } from "../shared/etcd-members.ts";
 import { DEFAULT_ETCD_VERSION } from "../shared/etcd-versions.ts";
+import { Kube } from "../shared/kube.ts";
 import { silentLogger } from "../shared/log.ts";
 import { memberPod, newMemberName, peerService, peerURL } from "../shared/member-pods.ts";
 
@@ -26,6 +27,7 @@ const NS = "default";
 const cluster = await startLocalCluster({ name: "bench", log: () => {} });
 const { kc, core } = clientsFor(cluster.kubeconfigPath);
 const custom = kc.makeApiClient(CustomObjectsApi);
+const kube = new Kube(kc);
 await installCrds(kc);
 const config = loadConfig({
   REDIS_URL: cluster.redisUrl,
@@ -36,13 +38,9 @@ const operator = await startOperator({ kc, config, log: silentLogger() });
 await operator.ready;
 
 async function getCluster(name: string): Promise<EtcdCluster> {
-  return (await custom.getNamespacedCustomObject({
-    group: GROUP,
-    version: VERSION,
-    namespace: NS,
-    plural: PLURAL,
-    name,
-  })) as EtcdCluster;
+  const found = await kube.getCluster(NS, name);
+  if (!found) throw new Error(`EtcdCluster ${NS}/${name} not found`);
+  return found;
 }
 
 async function podEndpoints(selector: string): Promise<string[]> {

@@ -9,12 +9,14 @@ import { installCrds } from "../infra/crds.ts";
 import { startLocalCluster } from "../infra/local/control-plane.ts";
 import { clientsFor, waitFor } from "../infra/local/kube-wait.ts";
 import { type EtcdCluster, GROUP, PLURAL, VERSION } from "../shared/api/etcd-cluster.ts";
+import { Kube } from "../shared/kube.ts";
 import { type OperatorProcess, startOperatorProcess } from "./helpers/operator-processes.ts";
 
 const cluster = await startLocalCluster({ name: "e2e-resilience" });
 t.teardown(() => cluster.stop());
 const { kc, core } = clientsFor(cluster.kubeconfigPath);
 const custom = kc.makeApiClient(CustomObjectsApi);
+const kube = new Kube(kc);
 await installCrds(kc);
 await core.createNamespace({ body: { metadata: { name: "other" } } });
 
@@ -41,13 +43,9 @@ async function createCluster(
 }
 
 async function getCluster(namespace: string, name: string): Promise<EtcdCluster> {
-  return (await custom.getNamespacedCustomObject({
-    group: GROUP,
-    version: VERSION,
-    namespace,
-    plural: PLURAL,
-    name,
-  })) as EtcdCluster;
+  const found = await kube.getCluster(namespace, name);
+  if (!found) throw new Error(`EtcdCluster ${namespace}/${name} not found`);
+  return found;
 }
 
 async function patchSpec(namespace: string, name: string, spec: object): Promise<void> {

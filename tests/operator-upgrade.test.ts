@@ -9,7 +9,7 @@ import { clientsFor, waitFor } from "../infra/local/kube-wait.ts";
 import { type EtcdCluster, GROUP, PLURAL, VERSION } from "../shared/api/etcd-cluster.ts";
 import { endpointStatuses } from "../shared/etcd-members.ts";
 import { newestPatchOf } from "../shared/etcd-versions.ts";
-import { JSON_PATCH } from "../shared/kube.ts";
+import { JSON_PATCH, Kube } from "../shared/kube.ts";
 import { type OperatorProcess, startOperatorProcess } from "./helpers/operator-processes.ts";
 
 const NS = "default";
@@ -20,6 +20,7 @@ const cluster = await startLocalCluster({ name: "e2e-upgrade" });
 t.teardown(() => cluster.stop());
 const { kc, core } = clientsFor(cluster.kubeconfigPath);
 const custom = kc.makeApiClient(CustomObjectsApi);
+const kube = new Kube(kc);
 await installCrds(kc);
 const processes: OperatorProcess[] = [startOperatorProcess(cluster, "all")];
 t.teardown(async () => {
@@ -27,13 +28,9 @@ t.teardown(async () => {
 });
 
 async function getCluster(name: string): Promise<EtcdCluster> {
-  return (await custom.getNamespacedCustomObject({
-    group: GROUP,
-    version: VERSION,
-    namespace: NS,
-    plural: PLURAL,
-    name,
-  })) as EtcdCluster;
+  const found = await kube.getCluster(NS, name);
+  if (!found) throw new Error(`EtcdCluster ${NS}/${name} not found`);
+  return found;
 }
 
 async function endpoints(name: string): Promise<string[]> {

@@ -11,7 +11,7 @@ import { ensureAssets } from "../infra/local/assets.ts";
 import { startLocalCluster } from "../infra/local/control-plane.ts";
 import { clientsFor, readPod, waitFor } from "../infra/local/kube-wait.ts";
 import type { EtcdCluster } from "../shared/api/etcd-cluster.ts";
-import { GROUP, PLURAL, VERSION } from "../shared/api/etcd-cluster.ts";
+import { Kube } from "../shared/kube.ts";
 import { type OperatorProcess, startOperatorProcess } from "./helpers/operator-processes.ts";
 
 const NS = "default";
@@ -19,7 +19,8 @@ const assets = await ensureAssets();
 const cluster = await startLocalCluster({ name: "e2e-operator" });
 t.teardown(() => cluster.stop());
 const { kc, core } = clientsFor(cluster.kubeconfigPath);
-const custom = kc.makeApiClient(CustomObjectsApi);
+const _custom = kc.makeApiClient(CustomObjectsApi);
+const kube = new Kube(kc);
 const policy = kc.makeApiClient(PolicyV1Api);
 await installCrds(kc);
 
@@ -50,17 +51,7 @@ function apply(manifest: string): void {
 }
 
 async function getCluster(name: string): Promise<EtcdCluster | undefined> {
-  try {
-    return (await custom.getNamespacedCustomObject({
-      group: GROUP,
-      version: VERSION,
-      namespace: NS,
-      plural: PLURAL,
-      name,
-    })) as EtcdCluster;
-  } catch {
-    return undefined;
-  }
+  return kube.getCluster(NS, name).catch(() => undefined);
 }
 
 function condition(c: EtcdCluster | undefined, type: string) {
