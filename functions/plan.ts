@@ -14,7 +14,8 @@
 //  5. A started member whose pod is gone → remove it from etcd (if quorum allows), then add anew.
 //  6. A pod that is no member → delete it (a removed member, or a pod of an undone add).
 //  7. A learner whose pod is Ready → promote it; etcd refuses while it lags, so we retry.
-//  8. While any voter is unhealthy, do not scale.
+//  8. A voter whose pod stays not Ready past a grace period (crash loop, lost data dir) is
+//     removed, to be replaced, when quorum allows; while any voter is unhealthy, do not scale.
 //  9. Members run an older version than spec.version → upgrade one member at a time along the
 //     path etcd allows (one minor per phase), followers first; the leader last, after moving
 //     leadership to an upgraded member. Each member is replaced only once every voter is healthy
@@ -33,6 +34,8 @@ export interface PodView {
   bootstrap?: string[];
   /** The etcd version the pod is set to run (its image tag). */
   version?: string;
+  /** How long the pod has not been Ready (0 while it is). */
+  notReadyForMs?: number;
   phase: string;
   ready: boolean;
   terminating: boolean;
@@ -54,6 +57,8 @@ export interface Observation {
   hadMembers: boolean;
   /** etcd's cluster version ("3.6.0"): raised by the leader once every member runs that minor. */
   clusterVersion?: string;
+  /** A voter whose pod stays not Ready this long is replaced (crash loop, lost data dir, …). */
+  unhealthyGraceMs?: number;
 }
 
 export type Step =
@@ -74,6 +79,8 @@ export type Step =
 
 /** How long members may take to start before "nobody answers" means quorum is lost. */
 export const STARTUP_GRACE_MS = 60_000;
+/** Default for Observation.unhealthyGraceMs. */
+export const DEFAULT_UNHEALTHY_GRACE_MS = 60_000;
 
 export function majority(voters: number): number {
   return Math.floor(voters / 2) + 1;
@@ -162,8 +169,22 @@ export function planNextStep(o: Observation): Step {
     return wait("MemberStarting", `waiting for new member ${pod ?? learner.id} to start and catch up`, 500);
   }
 
-  // 8. Never scale while a voter is unhealthy.
+  // 8. A voter unhealthy for too long is replaced, if quorum allows; otherwise never scale while
+  // a voter is unhealthy.
   if (healthyVoters.length < voters.length) {
+    const grace = o.unhealthyGraceMs ?? DEFAULT_UNHEALTHY_GRACE_MS;
+    const stuck = voters.find((m) => {
+      const pod = liveByName.get(memberPodName(m) ?? "");
+      return pod && !isHealthy(o, pod.name) && (pod.notReadyForMs ?? 0) > grace;
+    });
+    if (stuck && healthyVoters.length >= majority(voters.length - 1)) {
+      return {
+        kind: "remove-member",
+        name: memberPodName(stuck) ?? stuck.id,
+        memberId: stuck.id,
+        reason: "dead",
+      };
+    }
     const sick = voters.map(memberPodName).filter((p) => p && !isHealthy(o, p));
     return wait("MemberUnhealthy", `waiting for member(s) ${sick.join(", ")} to become healthy`, 1000);
   }

@@ -33,12 +33,16 @@ export type ReconcileResult =
   | { kind: "paused" }
   | { kind: "step"; step: Step; outcome: StepOutcome };
 
-function podView(pod: V1Pod): PodView {
+function podView(pod: V1Pod, nowMs: number): PodView {
+  const readyCondition = pod.status?.conditions?.find((c) => c.type === "Ready");
+  const ready = readyCondition?.status === "True";
+  const since = readyCondition?.lastTransitionTime ?? pod.metadata?.creationTimestamp;
   return {
+    notReadyForMs: ready || !since ? 0 : nowMs - new Date(since).getTime(),
     name: pod.metadata?.name ?? "",
     ip: pod.status?.podIP,
     phase: pod.status?.phase ?? "Pending",
-    ready: pod.status?.conditions?.some((c) => c.type === "Ready" && c.status === "True") ?? false,
+    ready,
     terminating: pod.metadata?.deletionTimestamp !== undefined,
     createdAtMs: pod.metadata?.creationTimestamp ? new Date(pod.metadata.creationTimestamp).getTime() : 0,
     bootstrap: pod.metadata?.annotations?.[BOOTSTRAP_ANNOTATION]?.split(",").filter(Boolean),
@@ -70,7 +74,8 @@ export async function observe(
     deps.kube.getService(namespace, clientServiceName(name)),
     deps.kube.getPodDisruptionBudget(namespace, name),
   ]);
-  const views = pods.map(podView);
+  const nowMs = Date.now();
+  const views = pods.map((pod) => podView(pod, nowMs));
   const reachable = views.filter((p) => p.ip && !p.terminating);
   const statuses = await endpointStatuses(
     reachable.map((p) => `http://${p.ip}:${CLIENT_PORT}`),
@@ -96,6 +101,7 @@ export async function observe(
     : undefined;
   return {
     clusterVersion,
+    unhealthyGraceMs: deps.unhealthyGraceMs,
     nowMs: Date.now(),
     cluster,
     spec,

@@ -17,6 +17,8 @@ export interface StepDeps {
    * ours expired). Called before every change, so two workers never both act on one cluster.
    */
   guard(): Promise<void>;
+  /** How long a voter may stay unhealthy before it is replaced (default 60 s). */
+  unhealthyGraceMs?: number;
 }
 
 export interface StepInput {

@@ -85,6 +85,7 @@ export function createProcessor(deps: WorkerDeps) {
           log,
           etcd: { timeoutMs: deps.config.etcdTimeoutMs },
           guard: () => lease.guard(),
+          unhealthyGraceMs: deps.config.memberUnhealthyGraceMs,
         },
       );
       if (result.kind === "invalid") {

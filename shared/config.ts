@@ -15,6 +15,8 @@ export interface OperatorConfig {
   workerConcurrency: number;
   /** Per-RPC timeout towards etcd members. */
   etcdTimeoutMs: number;
+  /** A voting member whose pod stays not Ready this long is replaced. */
+  memberUnhealthyGraceMs: number;
   /** How long a worker's per-cluster lease lives without renewal (a killed worker's lease expires after it). */
   leaseTtlMs: number;
   logLevel: string;
@@ -65,6 +67,7 @@ export function loadConfig(env: Record<string, string | undefined>): OperatorCon
     installCrds: bool(env, "INSTALL_CRDS", false),
     workerConcurrency: int(env, "WORKER_CONCURRENCY", 8, 1, 256),
     etcdTimeoutMs: int(env, "ETCD_TIMEOUT_MS", 3_000, 100, 60_000),
+    memberUnhealthyGraceMs: int(env, "MEMBER_UNHEALTHY_GRACE_MS", 60_000, 1_000, 86_400_000),
     leaseTtlMs: int(env, "LEASE_TTL_MS", 10_000, 1_000, 600_000),
     logLevel: env.LOG_LEVEL || "info",
     logPretty: bool(env, "LOG_PRETTY", false),

@@ -2,7 +2,10 @@
 // namespaced versus cluster-wide scope, an apiserver restart under the watcher, and Redis
 // losing all queue state. The resync interval is set long (60 s) so that convergence within the
 // bounds below proves events, not the safety net, drove it.
+import { rmSync } from "node:fs";
+import { join } from "node:path";
 import { CustomObjectsApi } from "@kubernetes/client-node";
+import { Etcd3 } from "etcd3";
 import { Redis } from "ioredis";
 import t from "tap";
 import { installCrds } from "../infra/crds.ts";
@@ -10,6 +13,7 @@ import { startLocalCluster } from "../infra/local/control-plane.ts";
 import { clientsFor, waitFor } from "../infra/local/kube-wait.ts";
 import { type EtcdCluster, GROUP, PLURAL, VERSION } from "../shared/api/etcd-cluster.ts";
 import { Kube } from "../shared/kube.ts";
+import { etcdPidOf } from "./helpers/etcd-processes.ts";
 import { type OperatorProcess, startOperatorProcess } from "./helpers/operator-processes.ts";
 
 const cluster = await startLocalCluster({ name: "e2e-resilience" });
@@ -24,7 +28,7 @@ const processes: OperatorProcess[] = [];
 t.teardown(async () => {
   for (const p of processes) await p.kill("SIGKILL");
 });
-const SLOW_RESYNC = { RECONCILE_INTERVAL_MS: "60000" };
+const SLOW_RESYNC = { RECONCILE_INTERVAL_MS: "60000", MEMBER_UNHEALTHY_GRACE_MS: "10000" };
 processes.push(startOperatorProcess(cluster, "all", SLOW_RESYNC));
 
 async function createCluster(
@@ -149,4 +153,43 @@ t.test("after Redis loses every key, the operator rebuilds its work from the clu
     `converged ${Date.now() - started} ms after the restart, well before a resync`,
   );
   t.ok(await redis.exists("eop:schedules-installed"), "the schedules were reinstalled");
+});
+
+t.test("a member that lost its data dir crash-loops, and is replaced after the grace period", async (t) => {
+  const pods = await core.listNamespacedPod({ namespace: "default", labelSelector: "etcd_cluster=calm" });
+  const victim = pods.items[0];
+  const name = victim?.metadata?.name ?? "";
+  const podDir = join(cluster.dir, "kubelet", "pods", `default_${name}_${victim?.metadata?.uid}`);
+  const client = new Etcd3({ hosts: pods.items.map((p) => `http://${p.status?.podIP}:2379`) });
+  await client.put("kept").value("yes");
+  client.close();
+  // Lose the member's data, then its process: etcd restarts on an empty data dir and cannot rejoin.
+  rmSync(join(podDir, "volumes", "etcd-data", "data"), { recursive: true, force: true });
+  const pid = etcdPidOf(name);
+  t.ok(pid, "found the member's etcd");
+  process.kill(pid ?? 0, "SIGKILL");
+  await waitFor(
+    `${name} to be replaced`,
+    async () => {
+      const current = await core.listNamespacedPod({
+        namespace: "default",
+        labelSelector: "etcd_cluster=calm",
+      });
+      return current.items.some((p) => p.metadata?.name === name) ? undefined : true;
+    },
+    { timeoutMs: 90_000 },
+  );
+  await waitReady("default", "calm", 3, 90_000);
+  const events = await core.listNamespacedEvent({
+    namespace: "default",
+    fieldSelector: "involvedObject.name=calm,reason=MemberReplaced",
+  });
+  t.ok(
+    events.items.some((e) => e.message?.includes(name)),
+    "a MemberReplaced Event names the lost member",
+  );
+  const after = await core.listNamespacedPod({ namespace: "default", labelSelector: "etcd_cluster=calm" });
+  const reader = new Etcd3({ hosts: after.items.map((p) => `http://${p.status?.podIP}:2379`) });
+  t.equal(await reader.get("kept").string(), "yes", "the cluster's data is intact");
+  reader.close();
 });

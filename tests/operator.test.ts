@@ -2,7 +2,7 @@
 // kube-apiserver, kube-controller-manager, Redis, etcd pods run by the process kubelet, and the
 // operator's watcher and workers as separate processes.
 import { execFileSync } from "node:child_process";
-import { readdirSync, readFileSync } from "node:fs";
+import { readFileSync } from "node:fs";
 import { CustomObjectsApi, PolicyV1Api } from "@kubernetes/client-node";
 import { Etcd3 } from "etcd3";
 import t from "tap";
@@ -12,6 +12,7 @@ import { startLocalCluster } from "../infra/local/control-plane.ts";
 import { clientsFor, readPod, waitFor } from "../infra/local/kube-wait.ts";
 import type { EtcdCluster } from "../shared/api/etcd-cluster.ts";
 import { Kube } from "../shared/kube.ts";
+import { etcdPidOf } from "./helpers/etcd-processes.ts";
 import { type OperatorProcess, startOperatorProcess } from "./helpers/operator-processes.ts";
 
 const NS = "default";
@@ -140,20 +141,6 @@ async function verifyKeys(name: string, keys: string[]): Promise<number> {
   } finally {
     client.close();
   }
-}
-
-/** The pid of the etcd process running as member `name` (found by its --name flag). */
-function etcdPidOf(name: string): number | undefined {
-  for (const entry of readdirSync("/proc")) {
-    if (!/^\d+$/.test(entry)) continue;
-    try {
-      const argv = readFileSync(`/proc/${entry}/cmdline`, "utf8").split("\0");
-      if (argv[0]?.endsWith("/etcd") && argv.includes(`--name=${name}`)) return Number(entry);
-    } catch {
-      // Gone while we looked.
-    }
-  }
-  return undefined;
 }
 
 function clusterManifest(name: string, size: number, version = "3.7.3"): string {

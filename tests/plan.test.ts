@@ -286,3 +286,38 @@ t.test(
     t.equal(planNextStep(downgrade).kind, "version-refused", "a downgrade is refused");
   },
 );
+
+t.test("a voter unhealthy past the grace period is replaced, only when quorum allows", async (t) => {
+  const members = [member("a", "1"), member("b", "2"), member("c", "3")];
+  const pods = (stuckFor: number) => [
+    pod("a"),
+    pod("b"),
+    pod("c", { ready: false, notReadyForMs: stuckFor }),
+  ];
+  const health = new Map([ok("a"), ok("b"), down("c")]);
+  t.equal(
+    planNextStep(observation({ size: 3, pods: pods(5_000), members, health, unhealthyGraceMs: 30_000 })).kind,
+    "wait",
+  );
+  t.same(
+    planNextStep(observation({ size: 3, pods: pods(31_000), members, health, unhealthyGraceMs: 30_000 })),
+    {
+      kind: "remove-member",
+      name: "c",
+      memberId: "3",
+      reason: "dead",
+    },
+  );
+  const twoSick = new Map([ok("a"), down("b"), down("c")]);
+  const stuck = [
+    pod("a"),
+    pod("b", { ready: false, notReadyForMs: 99_000 }),
+    pod("c", { ready: false, notReadyForMs: 99_000 }),
+  ];
+  t.equal(
+    planNextStep(observation({ size: 3, pods: stuck, members, health: twoSick, unhealthyGraceMs: 30_000 }))
+      .kind,
+    "wait",
+    "with 1 of 3 healthy, removing a member would not restore quorum",
+  );
+});
