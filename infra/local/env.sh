@@ -47,6 +47,10 @@ ensure_npm_deps() {
   fi
 }
 
+# The Go toolchain builds the local control plane's binaries; a login shell may not have put
+# the standard install on PATH.
+if ! command -v go >/dev/null && [ -x /usr/local/go/bin/go ]; then export PATH="/usr/local/go/bin:$PATH"; fi
+
 ensure_node
 ensure_debian_packages
 ensure_npm_deps
