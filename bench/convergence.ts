@@ -13,7 +13,14 @@ import { installCrds } from "../infra/crds.ts";
 import { startLocalCluster } from "../infra/local/control-plane.ts";
 import { clientsFor, isReady, waitFor } from "../infra/local/kube-wait.ts";
 import { startOperator } from "../infra/operator.ts";
-import { type EtcdCluster, GROUP, PLURAL, VERSION } from "../shared/api/etcd-cluster.ts";
+import {
+  DEFAULT_REPOSITORY,
+  type EtcdCluster,
+  GROUP,
+  type NormalizedSpec,
+  PLURAL,
+  VERSION,
+} from "../shared/api/etcd-cluster.ts";
 import { loadConfig } from "../shared/config.ts";
 import { addLearner, listMembers, promoteLearner, removeMember } from "../shared/etcd-members.ts";
 import { DEFAULT_ETCD_VERSION } from "../shared/etcd-versions.ts";
@@ -89,19 +96,28 @@ async function operatorCreate(name: string): Promise<number> {
   });
 }
 
-/** The same three members started at once with a static --initial-cluster, as a script would. */
-async function staticCreate(name: string): Promise<number> {
+/**
+ * What the references build pods from: the operator's own pod builder, for a "cluster" that no
+ * EtcdCluster object stands behind (the pods are created by the script, not the operator).
+ */
+function scripted(name: string): { owner: EtcdCluster; spec: NormalizedSpec } {
   const owner = {
     metadata: { name, namespace: NS, uid: `static-${name}` },
     spec: {},
   } as unknown as EtcdCluster;
   const spec = {
     size: 3,
-    repository: "quay.io/coreos/etcd",
+    repository: DEFAULT_REPOSITORY,
     version: DEFAULT_ETCD_VERSION,
     paused: false,
     pod: {},
   };
+  return { owner, spec };
+}
+
+/** The same three members started at once with a static --initial-cluster, as a script would. */
+async function staticCreate(name: string): Promise<number> {
+  const { owner, spec } = scripted(name);
   const names = [0, 1, 2].map(() => newMemberName(name));
   const initialCluster = names.map((n) => ({ name: n, peerURL: peerURL(n, name, NS) }));
   const strip = (pod: V1Pod): V1Pod => ({ ...pod, metadata: { ...pod.metadata, ownerReferences: [] } });
@@ -151,17 +167,7 @@ async function operatorHeal(name: string): Promise<{ totalMs: number; firstActio
 
 /** By hand: remove the dead member, add a learner, start its pod, promote it. */
 async function manualHeal(name: string): Promise<number> {
-  const owner = {
-    metadata: { name, namespace: NS, uid: `static-${name}` },
-    spec: {},
-  } as unknown as EtcdCluster;
-  const spec = {
-    size: 3,
-    repository: "quay.io/coreos/etcd",
-    version: DEFAULT_ETCD_VERSION,
-    paused: false,
-    pod: {},
-  };
+  const { owner, spec } = scripted(name);
   const pods = await core.listNamespacedPod({ namespace: NS, labelSelector: `etcd_cluster=${name}` });
   const victim = pods.items[0]?.metadata?.name ?? "";
   return timed(async () => {
