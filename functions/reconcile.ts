@@ -124,7 +124,10 @@ async function runStep(step: Step, input: StepInput, deps: StepDeps): Promise<St
     case "seed":
       return seed(input, deps, step.names);
     case "add-member":
-      return addMember(input, deps);
+      return addMember(
+        step.version ? { ...input, spec: { ...input.spec, version: step.version } } : input,
+        deps,
+      );
     case "create-member-pod":
       return createMemberPod(input, deps, step.name);
     case "promote-member":

@@ -1,5 +1,7 @@
-// End-to-end: a rolling upgrade 3.5 → 3.6 → 3.7 of a 3-member cluster under continuous writes.
-// One member at a time, one minor per phase, the leader last; no acknowledged write is lost.
+// End-to-end: a rolling upgrade 3.5 → 3.6 of a 3-member cluster under continuous writes (one
+// member at a time, the leader last; no acknowledged write lost), then the refusals: 3.6 → 3.7
+// in place (etcd 3.7 crashes on log entries written before 3.6; see functions/plan.ts) and a
+// downgrade. A refusal touches nothing.
 import { CustomObjectsApi } from "@kubernetes/client-node";
 import { Etcd3 } from "etcd3";
 import t from "tap";
@@ -46,7 +48,7 @@ async function runningVersions(name: string): Promise<string[]> {
   return statuses.map((s) => (s.ok ? (s.version ?? "?") : "down")).sort();
 }
 
-t.test(`a rolling upgrade ${V35} → ${V36} → ${V37} under writes loses nothing`, async (t) => {
+t.test(`a rolling upgrade ${V35} → ${V36} under writes loses nothing`, async (t) => {
   await custom.createNamespacedCustomObject({
     group: GROUP,
     version: VERSION,
@@ -99,7 +101,7 @@ t.test(`a rolling upgrade ${V35} → ${V36} → ${V37} under writes loses nothin
       namespace: NS,
       plural: PLURAL,
       name: "up",
-      body: [{ op: "replace", path: "/spec/version", value: V37 }],
+      body: [{ op: "replace", path: "/spec/version", value: V36 }],
     },
     JSON_PATCH,
   );
@@ -110,7 +112,7 @@ t.test(`a rolling upgrade ${V35} → ${V36} → ${V37} under writes loses nothin
       seen.add(versions.join(","));
       const c = await getCluster("up");
       const steady = c.status?.conditions?.find((x) => x.type === "Progressing")?.status === "False";
-      return steady && versions.join() === [V37, V37, V37].join() ? c : undefined;
+      return steady && versions.join() === [V36, V36, V36].join() ? c : undefined;
     },
     { timeoutMs: 240_000, intervalMs: 300 },
   );
@@ -118,13 +120,9 @@ t.test(`a rolling upgrade ${V35} → ${V36} → ${V37} under writes loses nothin
   await writer;
 
   const mixes = [...seen];
-  t.notOk(
-    mixes.some((m) => m.includes(V35) && m.includes(V37)),
-    `3.5 and 3.7 never ran side by side (${mixes.join(" | ")})`,
-  );
   t.ok(
-    mixes.some((m) => m === [V36, V36, V36].join(",")),
-    "the whole cluster passed through 3.6",
+    mixes.every((m) => m.split(",").every((v) => [V35, V36, "down"].includes(v))),
+    `only 3.5 and 3.6 ran (${mixes.join(" | ")})`,
   );
   const client = new Etcd3({ hosts: await endpoints("up") });
   let present = 0;
@@ -135,40 +133,47 @@ t.test(`a rolling upgrade ${V35} → ${V36} → ${V37} under writes loses nothin
   t.ok(longestGapMs < 15_000, `writes never stalled long (longest gap ${longestGapMs} ms)`);
   const events = await core.listNamespacedEvent({ namespace: NS, fieldSelector: "involvedObject.name=up" });
   const upgrades = events.items.filter((e) => e.reason === "MemberUpgraded").length;
-  t.equal(upgrades, 6, "one MemberUpgraded Event per member per minor");
+  t.equal(upgrades, 3, "one MemberUpgraded Event per member");
   t.ok(
     events.items.some((e) => e.reason === "LeaderMoved"),
     "leadership was moved before the leader's turn",
   );
   const final = await getCluster("up");
-  t.equal(final.status?.currentVersion, V37);
+  t.equal(final.status?.currentVersion, V36);
 });
 
-t.test("a downgrade is refused with a condition and Event, and nothing changes", async (t) => {
-  const before = (
-    await core.listNamespacedPod({ namespace: NS, labelSelector: "etcd_cluster=up" })
-  ).items.map((p) => p.spec?.containers[0]?.image);
-  await custom.patchNamespacedCustomObject(
-    {
-      group: GROUP,
-      version: VERSION,
-      namespace: NS,
-      plural: PLURAL,
-      name: "up",
-      body: [{ op: "replace", path: "/spec/version", value: V36 }],
-    },
-    JSON_PATCH,
-  );
-  const refused = await waitFor("the downgrade to be refused", async () => {
-    const c = await getCluster("up");
-    const degraded = c.status?.conditions?.find((x) => x.type === "Degraded");
-    return degraded?.reason === "VersionRefused" ? degraded : undefined;
+for (const [label, target, pattern] of [
+  ["3.6 → 3.7 in place", V37, /3\.6 to 3\.7/],
+  ["a downgrade", V35, /downgrade/],
+] as const) {
+  t.test(`${label} is refused with a condition and Event, and nothing changes`, async (t) => {
+    const before = (
+      await core.listNamespacedPod({ namespace: NS, labelSelector: "etcd_cluster=up" })
+    ).items.map((p) => p.spec?.containers[0]?.image);
+    await custom.patchNamespacedCustomObject(
+      {
+        group: GROUP,
+        version: VERSION,
+        namespace: NS,
+        plural: PLURAL,
+        name: "up",
+        body: [{ op: "replace", path: "/spec/version", value: target }],
+      },
+      JSON_PATCH,
+    );
+    const refused = await waitFor(`${label} to be refused`, async () => {
+      const c = await getCluster("up");
+      const degraded = c.status?.conditions?.find((x) => x.type === "Degraded");
+      return degraded?.reason === "VersionRefused" && pattern.test(degraded.message ?? "")
+        ? degraded
+        : undefined;
+    });
+    t.match(refused.message ?? "", pattern);
+    await new Promise((r) => setTimeout(r, 3000));
+    const after = (
+      await core.listNamespacedPod({ namespace: NS, labelSelector: "etcd_cluster=up" })
+    ).items.map((p) => p.spec?.containers[0]?.image);
+    t.same(after, before, "no pod was touched");
+    t.same(await runningVersions("up"), [V36, V36, V36]);
   });
-  t.match(refused.message ?? "", /downgrade/);
-  await new Promise((r) => setTimeout(r, 3000));
-  const after = (await core.listNamespacedPod({ namespace: NS, labelSelector: "etcd_cluster=up" })).items.map(
-    (p) => p.spec?.containers[0]?.image,
-  );
-  t.same(after, before, "no pod was touched");
-  t.same(await runningVersions("up"), [V37, V37, V37]);
-});
+}
