@@ -2,7 +2,8 @@
 // namespaced versus cluster-wide scope, an apiserver restart under the watcher, and Redis
 // losing all queue state. The resync interval is set long (60 s) so that convergence within the
 // bounds below proves events, not the safety net, drove it.
-import { rmSync } from "node:fs";
+import { randomBytes } from "node:crypto";
+import { writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { CustomObjectsApi } from "@kubernetes/client-node";
 import { Etcd3 } from "etcd3";
@@ -155,7 +156,7 @@ t.test("after Redis loses every key, the operator rebuilds its work from the clu
   t.ok(await redis.exists("eop:schedules-installed"), "the schedules were reinstalled");
 });
 
-t.test("a member that lost its data dir crash-loops, and is replaced after the grace period", async (t) => {
+t.test("a member whose data is corrupted crash-loops, and is replaced after the grace period", async (t) => {
   const pods = await core.listNamespacedPod({ namespace: "default", labelSelector: "etcd_cluster=calm" });
   const victim = pods.items[0];
   const name = victim?.metadata?.name ?? "";
@@ -163,8 +164,10 @@ t.test("a member that lost its data dir crash-loops, and is replaced after the g
   const client = new Etcd3({ hosts: pods.items.map((p) => `http://${p.status?.podIP}:2379`) });
   await client.put("kept").value("yes");
   client.close();
-  // Lose the member's data, then its process: etcd restarts on an empty data dir and cannot rejoin.
-  rmSync(join(podDir, "volumes", "etcd-data", "data"), { recursive: true, force: true });
+  // Corrupt the member's data, then kill its process: etcd cannot open its database again and
+  // crash-loops. (An emptied data dir is not deterministic: etcd sometimes rejoins from the
+  // leader's snapshot, sometimes panics on the leader's commit index.)
+  writeFileSync(join(podDir, "volumes", "etcd-data", "data", "member", "snap", "db"), randomBytes(4096));
   const pid = etcdPidOf(name);
   t.ok(pid, "found the member's etcd");
   process.kill(pid ?? 0, "SIGKILL");
