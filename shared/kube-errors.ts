@@ -25,3 +25,13 @@ export async function ignoreConflict(work: Promise<unknown>): Promise<void> {
     if (httpStatusOf(error) !== 409) throw error;
   }
 }
+
+/** Ignores "gone" (404) and "precondition failed / changed meanwhile" (409): the object moved on. */
+export async function ignoreGoneOrConflict(work: Promise<unknown>): Promise<void> {
+  try {
+    await work;
+  } catch (error) {
+    const status = httpStatusOf(error);
+    if (status !== 404 && status !== 409) throw error;
+  }
+}

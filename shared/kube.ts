@@ -21,7 +21,7 @@ import {
   PLURAL,
   VERSION,
 } from "./api/etcd-cluster.ts";
-import { httpStatusOf, ignoreConflict, orUndefinedOn404 } from "./kube-errors.ts";
+import { httpStatusOf, ignoreConflict, ignoreGoneOrConflict, orUndefinedOn404 } from "./kube-errors.ts";
 
 export const MERGE_PATCH = setHeaderOptions("Content-Type", PatchStrategy.MergePatch);
 export const JSON_PATCH = setHeaderOptions("Content-Type", PatchStrategy.JsonPatch);
@@ -107,8 +107,8 @@ export class Kube {
   }
 
   async patchClusterStatus(cluster: EtcdCluster, status: EtcdClusterStatus): Promise<void> {
-    try {
-      await this.custom.patchNamespacedCustomObjectStatus(
+    await ignoreGoneOrConflict(
+      this.custom.patchNamespacedCustomObjectStatus(
         {
           group: GROUP,
           version: VERSION,
@@ -119,11 +119,8 @@ export class Kube {
           body: { metadata: { uid: cluster.metadata?.uid }, status },
         },
         MERGE_PATCH,
-      );
-    } catch (error) {
-      if (httpStatusOf(error) === 404 || httpStatusOf(error) === 409) return;
-      throw error;
-    }
+      ),
+    );
   }
 
   async listMemberPods(namespace: string, clusterName: string): Promise<V1Pod[]> {

@@ -7,6 +7,7 @@ import type {
   V1Affinity,
   V1Container,
   V1EnvVar,
+  V1ObjectMeta,
   V1Pod,
   V1PodDisruptionBudget,
   V1PodSecurityContext,
@@ -151,18 +152,23 @@ export function memberPod(input: MemberPodInput): V1Pod {
   };
 }
 
+/** Metadata of an object the cluster owns: its labels, and an owner reference for the garbage collector. */
+function ownedMetadata(cluster: EtcdCluster, name: string): V1ObjectMeta {
+  return {
+    name,
+    namespace: cluster.metadata?.namespace,
+    labels: memberLabels(cluster.metadata?.name ?? ""),
+    ownerReferences: [ownerReference(cluster)],
+  };
+}
+
 /** The headless Service that gives members their DNS names; not-ready members are published too. */
 export function peerService(cluster: EtcdCluster): V1Service {
   const clusterName = cluster.metadata?.name ?? "";
   return {
     apiVersion: "v1",
     kind: "Service",
-    metadata: {
-      name: clusterName,
-      namespace: cluster.metadata?.namespace,
-      labels: memberLabels(clusterName),
-      ownerReferences: [ownerReference(cluster)],
-    },
+    metadata: ownedMetadata(cluster, clusterName),
     spec: {
       clusterIP: "None",
       publishNotReadyAddresses: true,
@@ -181,12 +187,7 @@ export function clientService(cluster: EtcdCluster): V1Service {
   return {
     apiVersion: "v1",
     kind: "Service",
-    metadata: {
-      name: clientServiceName(clusterName),
-      namespace: cluster.metadata?.namespace,
-      labels: memberLabels(clusterName),
-      ownerReferences: [ownerReference(cluster)],
-    },
+    metadata: ownedMetadata(cluster, clientServiceName(clusterName)),
     spec: {
       selector: memberLabels(clusterName),
       ports: [{ name: "client", port: CLIENT_PORT, targetPort: CLIENT_PORT }],
@@ -200,12 +201,7 @@ export function quorumBudget(cluster: EtcdCluster, size: number): V1PodDisruptio
   return {
     apiVersion: "policy/v1",
     kind: "PodDisruptionBudget",
-    metadata: {
-      name: clusterName,
-      namespace: cluster.metadata?.namespace,
-      labels: memberLabels(clusterName),
-      ownerReferences: [ownerReference(cluster)],
-    },
+    metadata: ownedMetadata(cluster, clusterName),
     spec: { minAvailable: Math.floor(size / 2) + 1, selector: { matchLabels: memberLabels(clusterName) } },
   };
 }

@@ -14,7 +14,7 @@ import {
   type V1PodStatus,
   type V1ServiceAccountTokenProjection,
 } from "@kubernetes/client-node";
-import { httpStatusOf, orUndefinedOn404 } from "../../../shared/kube-errors.ts";
+import { httpStatusOf, ignoreGoneOrConflict, orUndefinedOn404 } from "../../../shared/kube-errors.ts";
 import type { VolumeSource } from "./volumes.ts";
 
 export { httpStatusOf as httpStatus };
@@ -91,8 +91,8 @@ export class KubeletApi implements VolumeSource {
   }
 
   async patchPodStatus(pod: V1Pod, status: V1PodStatus): Promise<void> {
-    try {
-      await this.core.patchNamespacedPodStatus(
+    await ignoreGoneOrConflict(
+      this.core.patchNamespacedPodStatus(
         {
           name: pod.metadata?.name ?? "",
           namespace: pod.metadata?.namespace ?? "default",
@@ -100,25 +100,19 @@ export class KubeletApi implements VolumeSource {
           body: { metadata: { uid: pod.metadata?.uid }, status },
         },
         MERGE_PATCH,
-      );
-    } catch (error) {
-      if (httpStatusOf(error) === 404 || httpStatusOf(error) === 409) return;
-      throw error;
-    }
+      ),
+    );
   }
 
   async deletePod(pod: V1Pod): Promise<void> {
-    try {
-      await this.core.deleteNamespacedPod({
+    await ignoreGoneOrConflict(
+      this.core.deleteNamespacedPod({
         name: pod.metadata?.name ?? "",
         namespace: pod.metadata?.namespace ?? "default",
         gracePeriodSeconds: 0,
         body: { gracePeriodSeconds: 0, preconditions: { uid: pod.metadata?.uid } },
-      });
-    } catch (error) {
-      if (httpStatusOf(error) === 404 || httpStatusOf(error) === 409) return;
-      throw error;
-    }
+      }),
+    );
   }
 
   async event(pod: V1Pod, type: "Normal" | "Warning", reason: string, message: string): Promise<void> {
