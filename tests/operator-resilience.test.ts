@@ -13,7 +13,7 @@ import { installCrds } from "../infra/crds.ts";
 import { startLocalCluster } from "../infra/local/control-plane.ts";
 import { clientsFor, waitFor } from "../infra/local/kube-wait.ts";
 import { type EtcdCluster, GROUP, PLURAL, VERSION } from "../shared/api/etcd-cluster.ts";
-import { Kube } from "../shared/kube.ts";
+import { Kube, MERGE_PATCH } from "../shared/kube.ts";
 import { etcdPidOf } from "./helpers/etcd-processes.ts";
 import { type OperatorProcess, startOperatorProcess } from "./helpers/operator-processes.ts";
 
@@ -53,16 +53,13 @@ async function getCluster(namespace: string, name: string): Promise<EtcdCluster>
   return found;
 }
 
+// A merge patch, not a read-modify-replace: the operator writes status concurrently, and a replace
+// carrying a stale resourceVersion fails with 409 Conflict.
 async function patchSpec(namespace: string, name: string, spec: object): Promise<void> {
-  const current = await getCluster(namespace, name);
-  await custom.replaceNamespacedCustomObject({
-    group: GROUP,
-    version: VERSION,
-    namespace,
-    plural: PLURAL,
-    name,
-    body: { ...current, spec: { ...current.spec, ...spec } },
-  });
+  await custom.patchNamespacedCustomObject(
+    { group: GROUP, version: VERSION, namespace, plural: PLURAL, name, body: { spec } },
+    MERGE_PATCH,
+  );
 }
 
 async function readyPods(namespace: string, name: string): Promise<number> {
