@@ -82,3 +82,63 @@ export async function requestReconcile(
     removeOnFail: { age: 3600 },
   });
 }
+
+// Backups and restores run from their own queue: a backup streams for minutes and must not take a
+// reconcile slot, and a restore is a one-off. The jobs are named after what they do; the payload
+// names the EtcdBackup or EtcdRestore.
+export const BACKUP_QUEUE = "etcd-backup";
+export const BACKUP_JOB = "backup";
+export const RESTORE_JOB = "restore";
+
+export const BackupPayload = Type.Object(
+  {
+    namespace: NAME,
+    /** The EtcdBackup (for "backup") or EtcdRestore (for "restore"). */
+    name: NAME,
+    /** "schedule", "manual", "created", for logs and the status. */
+    reason: Type.Optional(Type.String({ maxLength: 200 })),
+  },
+  { additionalProperties: false },
+);
+export type BackupPayload = Static<typeof BackupPayload>;
+
+export function isBackupPayload(data: unknown): data is BackupPayload {
+  return Value.Check(BackupPayload, data);
+}
+
+export function backupJobId(
+  kind: typeof BACKUP_JOB | typeof RESTORE_JOB,
+  namespace: string,
+  name: string,
+): string {
+  return `${kind}/${namespace}/${name}`;
+}
+
+/**
+ * Asks for one backup (or restore) now. One job per object at a time: a request while one waits or
+ * runs adds nothing and says so, so a double click cannot start two uploads.
+ */
+export async function requestBackupJob(
+  queue: Queue,
+  kind: typeof BACKUP_JOB | typeof RESTORE_JOB,
+  namespace: string,
+  name: string,
+  reason: string,
+): Promise<{ jobId: string; queued: boolean }> {
+  const jobId = backupJobId(kind, namespace, name);
+  const state = await queue.getJobState(jobId);
+  if (state === "waiting" || state === "active" || state === "delayed" || state === "prioritized") {
+    return { jobId, queued: false };
+  }
+  if (state === "completed" || state === "failed")
+    await (await queue.getJob(jobId))?.remove().catch(() => undefined);
+  const payload: BackupPayload = { namespace, name, reason };
+  await queue.add(kind, payload, {
+    jobId,
+    attempts: 5,
+    backoff: { type: "exponential", delay: 2_000 },
+    removeOnComplete: true,
+    removeOnFail: { age: 24 * 3600 },
+  });
+  return { jobId, queued: true };
+}
