@@ -4,7 +4,7 @@
 
 import type { V1ObjectMeta } from "@kubernetes/client-node";
 import { type Static, Type } from "@sinclair/typebox";
-import { GROUP } from "./etcd-cluster.ts";
+import { ClusterConditionSchema, GROUP } from "./etcd-cluster.ts";
 
 export const BACKUP_KIND = "EtcdBackup";
 export const BACKUP_LIST_KIND = "EtcdBackupList";
@@ -191,6 +191,41 @@ export const EtcdBackupStatusSchema = Type.Object(
     ),
     lastSuccessDate: Type.Optional(
       Type.String({ description: "When the last successful backup was taken (RFC 3339)." }),
+    ),
+    backupPath: Type.Optional(
+      Type.String({ description: 'Where the last successful backup is, e.g. "s3://bucket/key".' }),
+    ),
+    backupSize: Type.Optional(
+      Type.Integer({ minimum: 0, description: "Size of the last successful backup in bytes." }),
+    ),
+    sha256: Type.Optional(
+      Type.String({
+        description: "SHA-256 of the last successful backup object, hex; also stored next to it.",
+      }),
+    ),
+    durationSeconds: Type.Optional(
+      Type.Number({
+        minimum: 0,
+        description: "How long the last successful backup took, snapshot and upload.",
+      }),
+    ),
+    memberName: Type.Optional(
+      Type.String({ description: "The member the last successful backup was taken from." }),
+    ),
+    lastAttemptDate: Type.Optional(
+      Type.String({ description: "When the last backup attempt ended (RFC 3339)." }),
+    ),
+    backupCount: Type.Optional(
+      Type.Integer({
+        minimum: 0,
+        description: "How many backups of a periodic policy the store holds after pruning.",
+      }),
+    ),
+    conditions: Type.Optional(
+      Type.Array(ClusterConditionSchema, {
+        description:
+          "Succeeded (the last attempt worked) and Scheduled (periodic backups are scheduled), with reasons.",
+      }),
     ),
   },
   { description: "The outcome of the last backup. Written by the operator only." },

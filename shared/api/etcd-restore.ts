@@ -66,6 +66,41 @@ export const EtcdRestoreStatusSchema = Type.Object(
   {
     succeeded: Type.Optional(Type.Boolean({ description: "Whether the restore succeeded." })),
     reason: Type.Optional(Type.String({ description: "Why the restore failed." })),
+    phase: Type.Optional(
+      Type.Union(
+        [
+          Type.Literal("Verifying"),
+          Type.Literal("Replacing"),
+          Type.Literal("Seeding"),
+          Type.Literal("Completed"),
+          Type.Literal("Failed"),
+        ],
+        {
+          description:
+            "Verifying: the backup is read and checked (nothing touched yet); Replacing: old members are deleted; " +
+            "Seeding: the first member starts from the backup; Completed; Failed.",
+        },
+      ),
+    ),
+    backupPath: Type.Optional(
+      Type.String({ description: 'The backup object restored, e.g. "s3://bucket/key".' }),
+    ),
+    backupSize: Type.Optional(Type.Integer({ minimum: 0, description: "Size of the backup in bytes." })),
+    sha256: Type.Optional(
+      Type.String({ description: "SHA-256 of the backup object, checked before anything was deleted." }),
+    ),
+    backupRevision: Type.Optional(
+      Type.Integer({
+        minimum: 0,
+        description: "The etcd revision the backup was taken at, when it was recorded.",
+      }),
+    ),
+    restoredRevision: Type.Optional(
+      Type.Integer({ minimum: 0, description: "The revision the restored cluster reported once it served." }),
+    ),
+    seedMember: Type.Optional(Type.String({ description: "The member started from the backup." })),
+    startTime: Type.Optional(Type.String({ description: "When the restore started (RFC 3339)." })),
+    completionTime: Type.Optional(Type.String({ description: "When the restore ended (RFC 3339)." })),
   },
   { description: "The outcome of the restore. Written by the operator only." },
 );

@@ -1,0 +1,64 @@
+// Opens the object store an EtcdBackup or EtcdRestore names, with the credentials of its Secret.
+import type { BackupStorageType, OSSSource, S3Source } from "../api/etcd-backup.ts";
+import { ossCredentialsFromSecret, s3CredentialsFromSecret } from "./credentials.ts";
+import { openOssStore } from "./oss.ts";
+import { openS3Store } from "./s3.ts";
+import { type ObjectStore, ObjectStoreError, splitBucketPath } from "./types.ts";
+
+export interface StorageSections {
+  s3?: S3Source;
+  oss?: OSSSource;
+}
+
+export interface OpenedStore {
+  store: ObjectStore;
+  /** The object (one-shot) or prefix (periodic) inside the bucket. */
+  key: string;
+}
+
+/** Reads a Secret's data (decoded); undefined when it does not exist. */
+export type SecretReader = (name: string) => Promise<Record<string, string> | undefined>;
+
+async function secretData(readSecret: SecretReader, name: string): Promise<Record<string, string>> {
+  const data = await readSecret(name);
+  if (!data) throw new ObjectStoreError("InvalidCredentials", `secret "${name}" not found`);
+  return data;
+}
+
+export async function openStore(
+  type: BackupStorageType,
+  sections: StorageSections,
+  readSecret: SecretReader,
+): Promise<OpenedStore> {
+  if (type === "S3" && sections.s3) {
+    const { bucket, key } = splitBucketPath(sections.s3.path);
+    const credentials = s3CredentialsFromSecret(
+      sections.s3.awsSecret,
+      await secretData(readSecret, sections.s3.awsSecret),
+    );
+    const store = openS3Store({
+      bucket,
+      credentials,
+      endpoint: sections.s3.endpoint,
+      forcePathStyle: sections.s3.forcePathStyle,
+    });
+    return { store, key };
+  }
+  if (type === "OSS" && sections.oss) {
+    const { bucket, key } = splitBucketPath(sections.oss.path);
+    const credentials = ossCredentialsFromSecret(
+      sections.oss.ossSecret,
+      await secretData(readSecret, sections.oss.ossSecret),
+    );
+    return { store: openOssStore({ bucket, credentials, endpoint: sections.oss.endpoint }), key };
+  }
+  if (type === "ABS" || type === "GCS") {
+    throw new ObjectStoreError(
+      "StoreError",
+      `storage type ${type} is accepted for compatibility with coreos manifests but not implemented; use S3 (or an S3-compatible endpoint) or OSS`,
+    );
+  }
+  throw new ObjectStoreError("StoreError", `storage type ${type} needs its "${type.toLowerCase()}" section`);
+}
+
+export { type ObjectStore, ObjectStoreError, splitBucketPath } from "./types.ts";

@@ -1,0 +1,176 @@
+// S3 and S3-compatible stores (MinIO, SeaweedFS, Ceph RGW…) through @aws-sdk/client-s3. Uploads are
+// multipart through @aws-sdk/lib-storage, which holds at most queueSize × partSize bytes: 2 × 8 MiB,
+// whatever the snapshot's size.
+import type { Readable } from "node:stream";
+import {
+  DeleteObjectsCommand,
+  GetObjectCommand,
+  HeadObjectCommand,
+  ListObjectsV2Command,
+  PutObjectCommand,
+  S3Client,
+  S3ServiceException,
+} from "@aws-sdk/client-s3";
+import { Upload } from "@aws-sdk/lib-storage";
+import type { S3Credentials } from "./credentials.ts";
+import { isNetworkError, type ObjectStore, ObjectStoreError, type StoredObject } from "./types.ts";
+
+export const PART_SIZE = 8 * 1024 * 1024;
+const QUEUE_SIZE = 2;
+
+export interface S3StoreOptions {
+  bucket: string;
+  credentials: S3Credentials;
+  /** Empty: AWS. */
+  endpoint?: string;
+  forcePathStyle?: boolean;
+}
+
+function explain(error: unknown, where: string): ObjectStoreError {
+  if (error instanceof ObjectStoreError) return error;
+  if (error instanceof S3ServiceException) {
+    const status = error.$metadata.httpStatusCode;
+    switch (error.name) {
+      case "NoSuchBucket":
+        return new ObjectStoreError("NoSuchBucket", `${where}: the bucket does not exist`, { cause: error });
+      case "NoSuchKey":
+      case "NotFound":
+        return new ObjectStoreError("NoSuchKey", `${where}: no such object`, { cause: error });
+      case "InvalidAccessKeyId":
+      case "SignatureDoesNotMatch":
+      case "InvalidToken":
+      case "ExpiredToken":
+        return new ObjectStoreError(
+          "InvalidCredentials",
+          `${where}: the store refused the credentials (${error.name})`,
+          { cause: error },
+        );
+      case "AccessDenied":
+      case "Forbidden":
+        return new ObjectStoreError("AccessDenied", `${where}: access denied`, { cause: error });
+    }
+    if (status === 403)
+      return new ObjectStoreError("AccessDenied", `${where}: access denied (${error.name})`, {
+        cause: error,
+      });
+    return new ObjectStoreError("StoreError", `${where}: ${error.name}: ${error.message}`, { cause: error });
+  }
+  if (isNetworkError(error)) {
+    return new ObjectStoreError("Unreachable", `${where}: the store is unreachable (${describe(error)})`, {
+      cause: error,
+    });
+  }
+  return new ObjectStoreError("StoreError", `${where}: ${describe(error)}`, { cause: error });
+}
+
+function describe(error: unknown): string {
+  if (error instanceof AggregateError) return error.errors.map(describe).join("; ");
+  return error instanceof Error
+    ? `${(error as { code?: string }).code ?? error.name}: ${error.message}`
+    : String(error);
+}
+
+export function openS3Store(options: S3StoreOptions): ObjectStore {
+  const { bucket } = options;
+  const client = new S3Client({
+    region: options.credentials.region ?? "us-east-1",
+    endpoint: options.endpoint || undefined,
+    forcePathStyle: options.forcePathStyle ?? Boolean(options.endpoint),
+    credentials: {
+      accessKeyId: options.credentials.accessKeyId,
+      secretAccessKey: options.credentials.secretAccessKey,
+      sessionToken: options.credentials.sessionToken,
+    },
+    maxAttempts: 3,
+    requestHandler: { connectionTimeout: 5_000, requestTimeout: 60_000 },
+  });
+  const at = (key: string) => `s3://${bucket}/${key}`;
+  return {
+    kind: "S3",
+    bucket,
+    async upload(key, body: Readable) {
+      const upload = new Upload({
+        client,
+        params: { Bucket: bucket, Key: key, Body: body, ContentType: "application/octet-stream" },
+        partSize: PART_SIZE,
+        queueSize: QUEUE_SIZE,
+        // A failed upload must not leave parts behind that the bucket keeps billing for.
+        leavePartsOnError: false,
+      });
+      try {
+        await upload.done();
+      } catch (error) {
+        throw explain(error, `upload to ${at(key)}`);
+      }
+    },
+    async putText(key, text) {
+      try {
+        await client.send(
+          new PutObjectCommand({ Bucket: bucket, Key: key, Body: text, ContentType: "application/json" }),
+        );
+      } catch (error) {
+        throw explain(error, `write ${at(key)}`);
+      }
+    },
+    async download(key) {
+      try {
+        const answer = await client.send(new GetObjectCommand({ Bucket: bucket, Key: key }));
+        const body = answer.Body;
+        if (!body || !("pipe" in body)) throw new Error("no body in the answer");
+        return body as Readable;
+      } catch (error) {
+        throw explain(error, `read ${at(key)}`);
+      }
+    },
+    async head(key) {
+      try {
+        const answer = await client.send(new HeadObjectCommand({ Bucket: bucket, Key: key }));
+        return { key, size: answer.ContentLength ?? 0, lastModified: answer.LastModified };
+      } catch (error) {
+        const explained = explain(error, `look up ${at(key)}`);
+        // HEAD has no body, so a missing bucket also comes back as a bare 404.
+        if (explained.code === "NoSuchKey") return undefined;
+        throw explained;
+      }
+    },
+    async list(prefix) {
+      const found: StoredObject[] = [];
+      let token: string | undefined;
+      try {
+        do {
+          const page = await client.send(
+            new ListObjectsV2Command({ Bucket: bucket, Prefix: prefix, ContinuationToken: token }),
+          );
+          for (const item of page.Contents ?? []) {
+            if (item.Key)
+              found.push({ key: item.Key, size: item.Size ?? 0, lastModified: item.LastModified });
+          }
+          token = page.IsTruncated ? page.NextContinuationToken : undefined;
+        } while (token);
+      } catch (error) {
+        throw explain(error, `list ${at(prefix)}*`);
+      }
+      return found;
+    },
+    async remove(keys) {
+      for (let i = 0; i < keys.length; i += 1000) {
+        const chunk = keys.slice(i, i + 1000);
+        try {
+          const answer = await client.send(
+            new DeleteObjectsCommand({
+              Bucket: bucket,
+              Delete: { Objects: chunk.map((Key) => ({ Key })), Quiet: true },
+            }),
+          );
+          const failed = answer.Errors?.[0];
+          if (failed) throw new Error(`${failed.Key}: ${failed.Code} ${failed.Message}`);
+        } catch (error) {
+          throw explain(error, `delete from s3://${bucket}`);
+        }
+      }
+    },
+    close() {
+      client.destroy();
+    },
+  };
+}
