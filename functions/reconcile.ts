@@ -2,7 +2,12 @@
 // member list and health), pick ONE next step with the planner, run it, and write status.
 // Level-triggered and stateless: the job carries only which cluster; running it twice is harmless.
 import type { V1Pod } from "@kubernetes/client-node";
-import type { EtcdCluster, EtcdClusterStatus, NormalizedSpec } from "../shared/api/etcd-cluster.ts";
+import {
+  type EtcdCluster,
+  type EtcdClusterStatus,
+  type NormalizedSpec,
+  RESTORE_ANNOTATION,
+} from "../shared/api/etcd-cluster.ts";
 import { validateEtcdClusterSpec } from "../shared/api/validate-etcd-cluster.ts";
 import { type Condition, setCondition } from "../shared/conditions.ts";
 import { type EndpointStatus, endpointStatuses, listMembers } from "../shared/etcd-members.ts";
@@ -31,6 +36,7 @@ export type ReconcileResult =
   | { kind: "gone" }
   | { kind: "invalid"; problems: string[] }
   | { kind: "paused" }
+  | { kind: "restoring" }
   | { kind: "step"; step: Step; outcome: StepOutcome };
 
 function podView(pod: V1Pod, nowMs: number): PodView {
@@ -212,7 +218,7 @@ export function clusterStatus(
   const failed = step.kind === "all-members-lost";
   const degraded = failed || step.kind === "quorum-lost" || step.kind === "version-refused";
 
-  let conditions = previous.conditions as Condition[] | undefined;
+  let conditions = previous.conditions;
   conditions = setCondition(
     conditions,
     {
@@ -284,7 +290,7 @@ function simpleStatus(
   return {
     ...(cluster.status ?? {}),
     ...extra,
-    conditions: setCondition(cluster.status?.conditions as Condition[] | undefined, condition, now),
+    conditions: setCondition(cluster.status?.conditions, condition, now),
     observedGeneration: cluster.metadata?.generation,
   };
 }
@@ -340,6 +346,27 @@ export async function reconcile(input: ReconcileInput, deps: StepDeps): Promise<
       ),
     );
     return { kind: "paused" };
+  }
+
+  const restoring = cluster.metadata?.annotations?.[RESTORE_ANNOTATION];
+  if (restoring) {
+    await deps.kube.patchClusterStatus(
+      cluster,
+      simpleStatus(
+        cluster,
+        now,
+        {
+          type: "Progressing",
+          status: "True",
+          reason: "Restoring",
+          message:
+            "an EtcdRestore is recreating the cluster from a backup; members are added once it is done",
+          observedGeneration: generation,
+        },
+        {},
+      ),
+    );
+    return { kind: "restoring" };
   }
 
   const observation = await observe(cluster, spec, deps);

@@ -1,6 +1,8 @@
 // Kubernetes-style conditions: a condition's lastTransitionTime changes only when its status
 // flips, so `kubectl get -o yaml` tells how long a cluster has been (un)available.
 
+import type { ClusterCondition } from "./api/etcd-cluster.ts";
+
 export interface Condition {
   type: string;
   status: "True" | "False" | "Unknown";
@@ -12,15 +14,15 @@ export interface Condition {
 }
 
 export function setCondition(
-  existing: Condition[] | undefined,
+  existing: readonly ClusterCondition[] | undefined,
   next: Omit<Condition, "lastTransitionTime" | "lastUpdateTime">,
   now: Date,
-): Condition[] {
+): ClusterCondition[] {
   const list = [...(existing ?? [])];
   const index = list.findIndex((c) => c.type === next.type);
   const previous = index >= 0 ? list[index] : undefined;
   const timestamp = now.toISOString();
-  const updated: Condition = {
+  const updated: ClusterCondition = {
     ...next,
     lastTransitionTime:
       previous && previous.status === next.status && previous.lastTransitionTime
@@ -33,6 +35,9 @@ export function setCondition(
   return list;
 }
 
-export function findCondition(list: Condition[] | undefined, type: string): Condition | undefined {
+export function findCondition(
+  list: readonly ClusterCondition[] | undefined,
+  type: string,
+): ClusterCondition | undefined {
   return list?.find((c) => c.type === type);
 }

@@ -160,7 +160,7 @@ export function memberIdFromHex(hex: string): string {
 // ---------------------------------------------------------------------------------------------------
 // Clients
 
-function createClient(endpoint: string, options: EtcdClientOptions): Etcd3 {
+export function createEtcdClient(endpoint: string, options: EtcdClientOptions): Etcd3 {
   const clientOptions: IOptions = {
     hosts: endpoint,
     // grpc-js shares connections to one address across all clients of the process, including
@@ -197,7 +197,7 @@ async function withClient<T>(
   options: EtcdClientOptions,
   work: (client: Etcd3) => Promise<T>,
 ): Promise<T> {
-  const client = createClient(endpoint, options);
+  const client = createEtcdClient(endpoint, options);
   try {
     return await work(client);
   } finally {

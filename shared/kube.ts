@@ -8,11 +8,13 @@ import {
   PatchStrategy,
   PolicyV1Api,
   setHeaderOptions,
+  type V1ObjectMeta,
   type V1OwnerReference,
   type V1Pod,
   type V1PodDisruptionBudget,
   type V1Service,
 } from "@kubernetes/client-node";
+import { BACKUP_PLURAL, type EtcdBackup, type EtcdBackupStatus } from "./api/etcd-backup.ts";
 import {
   type EtcdCluster,
   type EtcdClusterStatus,
@@ -21,6 +23,7 @@ import {
   PLURAL,
   VERSION,
 } from "./api/etcd-cluster.ts";
+import { type EtcdRestore, type EtcdRestoreStatus, RESTORE_PLURAL } from "./api/etcd-restore.ts";
 import { httpStatusOf, ignoreConflict, ignoreGoneOrConflict, orUndefinedOn404 } from "./kube-errors.ts";
 
 export const MERGE_PATCH = setHeaderOptions("Content-Type", PatchStrategy.MergePatch);
@@ -46,6 +49,17 @@ export function ownerReference(cluster: EtcdCluster): V1OwnerReference {
     controller: true,
     blockOwnerDeletion: true,
   };
+}
+
+/** An object Events can be about: ours, in our API group. */
+export interface EventSubject {
+  kind?: string;
+  metadata?: V1ObjectMeta;
+}
+
+/** A status merge patch on one of our custom objects, only while it is still the object we read. */
+function statusPatch(object: EventSubject, status: object): object {
+  return { metadata: { uid: object.metadata?.uid }, status };
 }
 
 export class Kube {
@@ -166,6 +180,97 @@ export class Kube {
     await this.core.patchNamespacedPod({ namespace, name, body: operations }, JSON_PATCH);
   }
 
+  async getBackup(namespace: string, name: string): Promise<EtcdBackup | undefined> {
+    const found = await orUndefinedOn404(
+      this.custom.getNamespacedCustomObject({
+        group: GROUP,
+        version: VERSION,
+        namespace,
+        plural: BACKUP_PLURAL,
+        name,
+      }),
+    );
+    return found as EtcdBackup | undefined;
+  }
+
+  async patchBackupStatus(backup: EtcdBackup, status: EtcdBackupStatus): Promise<void> {
+    await ignoreGoneOrConflict(
+      this.custom.patchNamespacedCustomObjectStatus(
+        {
+          group: GROUP,
+          version: VERSION,
+          namespace: backup.metadata?.namespace ?? "default",
+          plural: BACKUP_PLURAL,
+          name: backup.metadata?.name ?? "",
+          body: statusPatch(backup, status),
+        },
+        MERGE_PATCH,
+      ),
+    );
+  }
+
+  async getRestore(namespace: string, name: string): Promise<EtcdRestore | undefined> {
+    const found = await orUndefinedOn404(
+      this.custom.getNamespacedCustomObject({
+        group: GROUP,
+        version: VERSION,
+        namespace,
+        plural: RESTORE_PLURAL,
+        name,
+      }),
+    );
+    return found as EtcdRestore | undefined;
+  }
+
+  async patchRestoreStatus(restore: EtcdRestore, status: EtcdRestoreStatus): Promise<void> {
+    await ignoreGoneOrConflict(
+      this.custom.patchNamespacedCustomObjectStatus(
+        {
+          group: GROUP,
+          version: VERSION,
+          namespace: restore.metadata?.namespace ?? "default",
+          plural: RESTORE_PLURAL,
+          name: restore.metadata?.name ?? "",
+          body: statusPatch(restore, status),
+        },
+        MERGE_PATCH,
+      ),
+    );
+  }
+
+  /** Sets (string) or removes (null) annotations of an EtcdCluster, only while it is the cluster we read. */
+  async annotateCluster(cluster: EtcdCluster, annotations: Record<string, string | null>): Promise<void> {
+    await this.custom.patchNamespacedCustomObject(
+      {
+        group: GROUP,
+        version: VERSION,
+        namespace: cluster.metadata?.namespace ?? "default",
+        plural: PLURAL,
+        name: cluster.metadata?.name ?? "",
+        body: { metadata: { uid: cluster.metadata?.uid, annotations } },
+      },
+      MERGE_PATCH,
+    );
+  }
+
+  /** A Secret's data, decoded; undefined when the Secret does not exist. */
+  async readSecret(namespace: string, name: string): Promise<Record<string, string> | undefined> {
+    const secret = await orUndefinedOn404(this.core.readNamespacedSecret({ namespace, name }));
+    if (!secret) return undefined;
+    const data: Record<string, string> = { ...(secret.stringData ?? {}) };
+    for (const [key, value] of Object.entries(secret.data ?? {}))
+      data[key] = Buffer.from(value, "base64").toString("utf8");
+    return data;
+  }
+
+  async listPods(namespace: string, labelSelector: string): Promise<V1Pod[]> {
+    return (await this.core.listNamespacedPod({ namespace, labelSelector })).items;
+  }
+
+  async getPod(namespace: string, name: string): Promise<V1Pod | undefined> {
+    return orUndefinedOn404(this.core.readNamespacedPod({ namespace, name }));
+  }
+
   async getService(namespace: string, name: string): Promise<V1Service | undefined> {
     return orUndefinedOn404(this.core.readNamespacedService({ namespace, name }));
   }
@@ -179,26 +284,29 @@ export class Kube {
     );
   }
 
-  /** Records a Kubernetes Event on the EtcdCluster; failures to record are not the step's failure. */
+  /**
+   * Records a Kubernetes Event on one of our objects (EtcdCluster, EtcdBackup, EtcdRestore); failures
+   * to record are not the step's failure.
+   */
   async event(
-    cluster: EtcdCluster,
+    object: EventSubject,
     type: "Normal" | "Warning",
     reason: string,
     message: string,
   ): Promise<void> {
-    const namespace = cluster.metadata?.namespace ?? "default";
+    const namespace = object.metadata?.namespace ?? "default";
     const now = new Date();
     try {
       await this.core.createNamespacedEvent({
         namespace,
         body: {
-          metadata: { name: `${cluster.metadata?.name}.${randomBytes(8).toString("hex")}`, namespace },
+          metadata: { name: `${object.metadata?.name}.${randomBytes(8).toString("hex")}`, namespace },
           involvedObject: {
             apiVersion: `${GROUP}/${VERSION}`,
-            kind: KIND,
-            name: cluster.metadata?.name,
+            kind: object.kind ?? KIND,
+            name: object.metadata?.name,
             namespace,
-            uid: cluster.metadata?.uid,
+            uid: object.metadata?.uid,
           },
           reason,
           message,

@@ -2,14 +2,16 @@
 // namespaced operator takes the clusters of its namespace that are not annotated cluster-wide;
 // a cluster-wide operator takes, in every namespace, only those annotated
 // `etcd.database.coreos.com/scope: clusterwide`. Two operators never fight over one cluster.
-import { type EtcdCluster, SCOPE_ANNOTATION, SCOPE_CLUSTERWIDE } from "./api/etcd-cluster.ts";
+import type { V1ObjectMeta } from "@kubernetes/client-node";
+import { SCOPE_ANNOTATION, SCOPE_CLUSTERWIDE } from "./api/etcd-cluster.ts";
 
 export interface ScopeConfig {
   namespace: string;
   clusterWide: boolean;
 }
 
-export function inScope(cluster: EtcdCluster, scope: ScopeConfig): boolean {
+/** For EtcdClusters, and for EtcdBackups and EtcdRestores by the same annotation. */
+export function inScope(cluster: { metadata?: V1ObjectMeta }, scope: ScopeConfig): boolean {
   const clusterwide = cluster.metadata?.annotations?.[SCOPE_ANNOTATION] === SCOPE_CLUSTERWIDE;
   if (scope.clusterWide) return clusterwide;
   return cluster.metadata?.namespace === scope.namespace && !clusterwide;

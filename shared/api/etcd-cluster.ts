@@ -34,6 +34,11 @@ export const CRD_NAME = `${PLURAL}.${GROUP}`;
 /** A cluster with this annotation is managed by a cluster-wide operator; namespaced operators ignore it. */
 export const SCOPE_ANNOTATION = `${GROUP}/scope`;
 export const SCOPE_CLUSTERWIDE = "clusterwide";
+/**
+ * Set by a restore while it replaces the cluster's members (value: the EtcdRestore's UID); the
+ * reconcile keeps off the cluster until the restore lifts it.
+ */
+export const RESTORE_ANNOTATION = `${GROUP}/restore-in-progress`;
 
 export const DEFAULT_REPOSITORY = "quay.io/coreos/etcd";
 /** coreos's default init-container image; the init container waits for the member's DNS name. */

@@ -3,6 +3,7 @@
 // gcr.io/etcd-development/etcd:v3.7.3) runs the etcd we built for that minor version; a
 // busybox-like image runs the host's shell tools. Anything else fails the way a real kubelet's
 // image pull fails (ErrImagePull, then ImagePullBackOff).
+import { dirname, resolve } from "node:path";
 
 export interface EtcdBinaries {
   version: string;
@@ -28,6 +29,26 @@ export class ImagePullError extends Error {
 }
 
 const SHELL_IMAGES = new Set(["busybox", "alpine", "debian", "ubuntu", "bash"]);
+
+/**
+ * The operator's own image (any registry, any tag: `…/etcd-operator:v0.1.0`) is this checkout: the
+ * Dockerfile puts the project at /app and Node on PATH, and so does this mapping, with the Node
+ * that runs the kubelet. Restores use it for the init containers that fetch a backup.
+ */
+export const OPERATOR_IMAGE_NAME = "etcd-operator";
+
+function operatorImage(): ResolvedImage {
+  const projectDir = resolve(import.meta.dirname, "..", "..", "..");
+  return {
+    imageId: "local://etcd-operator@checkout",
+    mounts: [
+      { source: projectDir, target: "/app", readOnly: true },
+      { source: dirname(process.execPath), target: "/usr/local/bin", readOnly: true },
+    ],
+    entrypoint: ["node"],
+    cmd: ["/app/infra/operator.ts"],
+  };
+}
 
 export interface ParsedImage {
   repository: string;
@@ -75,6 +96,7 @@ export function resolveImage(image: string, etcdBuilds: EtcdBinaries[]): Resolve
       runsVersion: build.version,
     };
   }
+  if (parsed.name === OPERATOR_IMAGE_NAME) return operatorImage();
   if (SHELL_IMAGES.has(parsed.name)) {
     return { imageId: "local://host-shell", mounts: [], entrypoint: [], cmd: ["sh"] };
   }

@@ -1,0 +1,313 @@
+// Function: recreate an EtcdCluster from a backup (EtcdRestore). One phase per call; the job
+// comes back until the restore is Completed or Failed, and every phase re-reads the world, so a
+// worker killed anywhere resumes where it was.
+//   Verifying  read the whole backup and check it (SHA-256 from its metadata file, etcd's own
+//              trailer hash, size). Nothing is touched: a corrupt, truncated or missing backup,
+//              bad credentials or an unreachable store end the restore here, cluster untouched.
+//   Replacing  mark the EtcdCluster as being restored (the reconcile then keeps off it) and
+//              delete its member pods.
+//   Seeding    start one member whose init containers restore the backup into its data dir
+//              (shared/restore-pods.ts); once it serves, check its revision against the backup's,
+//              lift the mark, and the ordinary reconcile adds members up to spec.size.
+import { Writable } from "node:stream";
+import { pipeline } from "node:stream/promises";
+import type { V1Pod } from "@kubernetes/client-node";
+import { type EtcdCluster, RESTORE_ANNOTATION } from "../shared/api/etcd-cluster.ts";
+import type { EtcdRestore, EtcdRestoreStatus } from "../shared/api/etcd-restore.ts";
+import { validateEtcdClusterSpec } from "../shared/api/validate-etcd-cluster.ts";
+import { createEtcdClient, type EtcdClientOptions } from "../shared/etcd-members.ts";
+import { SnapshotDigest } from "../shared/etcd-snapshot.ts";
+import type { Kube } from "../shared/kube.ts";
+import type { Logger } from "../shared/log.ts";
+import { imageOf, memberPod, newMemberName, peerURL } from "../shared/member-pods.ts";
+import { type ObjectStore, ObjectStoreError, openStore } from "../shared/object-store/index.ts";
+import { type RestoreSource, restoreSeedPod } from "../shared/restore-pods.ts";
+import { type BackupMetadata, META_SUFFIX, restoreCandidate } from "./backup-objects.ts";
+
+/** A seed member that does not serve within this time fails the restore. */
+export const SEED_TIMEOUT_MS = 15 * 60_000;
+
+export interface RestoreDeps {
+  kube: Kube;
+  log: Logger;
+  etcd: EtcdClientOptions;
+  operatorImage: string;
+  /** Throws when this worker no longer holds the cluster's lease. */
+  guard(): Promise<void>;
+  now?: () => Date;
+}
+
+export type RestoreResult =
+  | { done: true; status: EtcdRestoreStatus }
+  | { done: false; requeueAfterMs: number };
+
+class RestoreFailed extends Error {
+  override name = "RestoreFailed";
+}
+
+function source(restore: EtcdRestore): { type: "S3" | "OSS"; secret: string } {
+  const type = restore.spec.backupStorageType;
+  if (type === "S3" && restore.spec.s3) return { type, secret: restore.spec.s3.awsSecret };
+  if (type === "OSS" && restore.spec.oss) return { type, secret: restore.spec.oss.ossSecret };
+  throw new RestoreFailed(
+    `backupStorageType ${type} is not supported for restores; use S3 (or an S3-compatible endpoint) or OSS`,
+  );
+}
+
+async function readText(store: ObjectStore, key: string): Promise<string | undefined> {
+  if (!(await store.head(key))) return undefined;
+  const chunks: Buffer[] = [];
+  for await (const chunk of await store.download(key)) chunks.push(Buffer.from(chunk as Uint8Array));
+  return Buffer.concat(chunks).toString("utf8");
+}
+
+function parseMetadata(text: string | undefined): BackupMetadata | undefined {
+  if (text === undefined) return undefined;
+  try {
+    const parsed = JSON.parse(text) as Partial<BackupMetadata>;
+    return parsed.format === 1 && typeof parsed.sha256 === "string" ? (parsed as BackupMetadata) : undefined;
+  } catch {
+    return undefined;
+  }
+}
+
+/** Reads the backup end to end and checks it; returns what the status records. */
+async function verifyBackup(restore: EtcdRestore, deps: RestoreDeps): Promise<EtcdRestoreStatus> {
+  const namespace = restore.metadata?.namespace ?? "default";
+  const opened = await openStore(restore.spec.backupStorageType, restore.spec, (name) =>
+    deps.kube.readSecret(namespace, name),
+  );
+  const { store } = opened;
+  try {
+    const keys = (await store.list(opened.key)).map((o) => o.key);
+    const key = restoreCandidate(opened.key, keys);
+    const where = `${store.kind.toLowerCase()}://${store.bucket}/${opened.key}`;
+    if (!key) throw new RestoreFailed(`no backup at ${where} (nor periodic backups under that path)`);
+    const path = `${store.kind.toLowerCase()}://${store.bucket}/${key}`;
+    const metadata = parseMetadata(await readText(store, `${key}${META_SUFFIX}`));
+    const digest = new SnapshotDigest();
+    const discard = new Writable({ write: (_chunk, _encoding, done) => done() });
+    await pipeline(await store.download(key), digest, discard);
+    const result = digest.result();
+    if (metadata && metadata.sha256 !== result.sha256) {
+      throw new RestoreFailed(
+        `backup ${path} is corrupt: its SHA-256 is ${result.sha256}, the backup recorded ${metadata.sha256}`,
+      );
+    }
+    if (metadata && metadata.size !== result.size) {
+      throw new RestoreFailed(
+        `backup ${path} is truncated: ${result.size} bytes, the backup recorded ${metadata.size}`,
+      );
+    }
+    if (!result.trailerValid) {
+      throw new RestoreFailed(
+        `backup ${path} is corrupt or truncated: etcd's snapshot hash does not match its data`,
+      );
+    }
+    return {
+      backupPath: path,
+      backupSize: result.size,
+      sha256: result.sha256,
+      backupRevision: metadata?.revision,
+    };
+  } finally {
+    store.close();
+  }
+}
+
+/** The bucket/key form the fetch container wants, from "s3://bucket/key". */
+function bucketPath(path: string): string {
+  return path.replace(/^[a-z0-9]+:\/\//, "");
+}
+
+function seedSource(restore: EtcdRestore, status: EtcdRestoreStatus): RestoreSource {
+  const { type, secret } = source(restore);
+  return {
+    storageType: type,
+    path: bucketPath(status.backupPath ?? ""),
+    secretName: secret,
+    s3Endpoint: restore.spec.s3?.endpoint,
+    s3ForcePathStyle: restore.spec.s3?.forcePathStyle,
+    ossEndpoint: restore.spec.oss?.endpoint,
+    sha256: status.sha256,
+  };
+}
+
+/** Why the seed pod is not up yet, from its init containers, for the status. */
+function seedProblem(pod: V1Pod): string | undefined {
+  for (const c of pod.status?.initContainerStatuses ?? []) {
+    const last = c.lastState?.terminated ?? c.state?.terminated;
+    if (last && last.exitCode !== 0)
+      return `init container ${c.name} failed: ${last.message ?? last.reason ?? `exit ${last.exitCode}`}`;
+    const waiting = c.state?.waiting;
+    if (waiting?.reason && waiting.reason !== "PodInitializing")
+      return `init container ${c.name}: ${waiting.reason} ${waiting.message ?? ""}`.trim();
+  }
+  return undefined;
+}
+
+async function memberRevision(endpoint: string, options: EtcdClientOptions): Promise<number | undefined> {
+  const client = createEtcdClient(endpoint, options);
+  try {
+    const status = await client.maintenance.status();
+    return Number(status.header.revision);
+  } catch {
+    return undefined;
+  } finally {
+    client.close();
+  }
+}
+
+export async function restoreStep(restore: EtcdRestore, deps: RestoreDeps): Promise<RestoreResult> {
+  const now = deps.now ?? (() => new Date());
+  const namespace = restore.metadata?.namespace ?? "default";
+  const clusterName = restore.spec.etcdCluster.name;
+  const status = restore.status ?? {};
+  const fail = async (message: string, cluster?: EtcdCluster): Promise<RestoreResult> => {
+    const failed: EtcdRestoreStatus = {
+      ...status,
+      phase: "Failed",
+      succeeded: false,
+      reason: message,
+      completionTime: now().toISOString(),
+    };
+    await deps.kube.patchRestoreStatus(restore, failed);
+    await deps.kube.event(restore, "Warning", "RestoreFailed", message);
+    if (cluster?.metadata?.annotations?.[RESTORE_ANNOTATION]) {
+      await deps.kube.event(
+        cluster,
+        "Warning",
+        "RestoreFailed",
+        `restore ${restore.metadata?.name}: ${message}`,
+      );
+      await deps.kube.annotateCluster(cluster, { [RESTORE_ANNOTATION]: null });
+    }
+    return { done: true, status: failed };
+  };
+  if (status.phase === "Completed" || status.phase === "Failed") return { done: true, status };
+
+  const cluster = await deps.kube.getCluster(namespace, clusterName);
+  if (!cluster)
+    return fail(`EtcdCluster ${namespace}/${clusterName} not found: create it first, then the restore`);
+  const validation = validateEtcdClusterSpec(cluster.spec ?? {});
+  if (!validation.ok)
+    return fail(`EtcdCluster ${clusterName} has an invalid spec: ${validation.problems.join("; ")}`);
+  const spec = validation.spec;
+
+  if (!status.phase || status.phase === "Verifying") {
+    const startTime = status.startTime ?? now().toISOString();
+    await deps.kube.patchRestoreStatus(restore, { phase: "Verifying", startTime });
+    try {
+      source(restore);
+      const verified = await verifyBackup(restore, deps);
+      const next: EtcdRestoreStatus = { ...verified, phase: "Replacing", startTime, reason: "" };
+      await deps.kube.patchRestoreStatus(restore, next);
+      const message = `backup ${verified.backupPath} verified (${verified.backupSize} bytes, sha256 ${verified.sha256?.slice(0, 12)}…); replacing the members of ${clusterName}`;
+      deps.log.info({ backup: verified.backupPath }, message);
+      await deps.kube.event(restore, "Normal", "BackupVerified", message);
+      await deps.kube.event(
+        cluster,
+        "Normal",
+        "RestoreStarted",
+        `restore ${restore.metadata?.name}: ${message}`,
+      );
+      return { done: false, requeueAfterMs: 0 };
+    } catch (error) {
+      if (error instanceof RestoreFailed || error instanceof ObjectStoreError) return fail(error.message);
+      throw error;
+    }
+  }
+
+  const uid = restore.metadata?.uid ?? "";
+  if (status.phase === "Replacing") {
+    await deps.guard();
+    if (cluster.metadata?.annotations?.[RESTORE_ANNOTATION] !== uid) {
+      await deps.kube.annotateCluster(cluster, { [RESTORE_ANNOTATION]: uid });
+    }
+    const pods = await deps.kube.listMemberPods(namespace, clusterName);
+    for (const pod of pods) {
+      if (pod.metadata?.deletionTimestamp) continue;
+      await deps.guard();
+      await deps.kube.deletePod(namespace, pod.metadata?.name ?? "");
+    }
+    if (pods.length > 0) return { done: false, requeueAfterMs: 1_000 };
+    const seedMember = status.seedMember ?? newMemberName(clusterName);
+    await deps.kube.patchRestoreStatus(restore, { phase: "Seeding", seedMember });
+    return { done: false, requeueAfterMs: 0 };
+  }
+
+  // Seeding
+  const seedMember = status.seedMember ?? "";
+  if (cluster.metadata?.annotations?.[RESTORE_ANNOTATION] !== uid) {
+    // The mark was lifted by hand or by another restore: this one no longer owns the cluster.
+    return fail(`the cluster's ${RESTORE_ANNOTATION} annotation no longer names this restore`);
+  }
+  const started = Date.parse(status.startTime ?? now().toISOString());
+  let pod = await deps.kube.getPod(namespace, seedMember);
+  if (!pod) {
+    await deps.guard();
+    const memberPeerURL = peerURL(seedMember, clusterName, namespace);
+    const base = memberPod({
+      cluster,
+      spec,
+      name: seedMember,
+      initialCluster: [{ name: seedMember, peerURL: memberPeerURL }],
+      state: "new",
+    });
+    pod = restoreSeedPod({
+      pod: base,
+      source: seedSource(restore, status),
+      operatorImage: deps.operatorImage,
+      etcdImage: imageOf(spec),
+      memberName: seedMember,
+      peerURL: memberPeerURL,
+      clusterToken: `${clusterName}-restore-${uid}`,
+    });
+    await deps.kube.createPod(pod);
+    await deps.kube.event(
+      cluster,
+      "Normal",
+      "RestoreSeedCreated",
+      `seed member ${seedMember} starts from ${status.backupPath}`,
+    );
+    return { done: false, requeueAfterMs: 1_000 };
+  }
+  const ready = pod.status?.conditions?.some((c) => c.type === "Ready" && c.status === "True");
+  const ip = pod.status?.podIP;
+  const revision = ready && ip ? await memberRevision(`http://${ip}:2379`, deps.etcd) : undefined;
+  if (revision === undefined) {
+    const problem = seedProblem(pod);
+    if (now().getTime() - started > SEED_TIMEOUT_MS) {
+      return fail(
+        `seed member ${seedMember} did not serve within ${SEED_TIMEOUT_MS / 60_000} minutes${problem ? `: ${problem}` : ""}`,
+        cluster,
+      );
+    }
+    if (problem && problem !== status.reason)
+      await deps.kube.patchRestoreStatus(restore, { reason: problem });
+    return { done: false, requeueAfterMs: 1_000 };
+  }
+  if (status.backupRevision !== undefined && revision < status.backupRevision) {
+    return fail(
+      `the restored member reports revision ${revision}, below the backup's ${status.backupRevision}`,
+      cluster,
+    );
+  }
+  await deps.guard();
+  await deps.kube.annotateCluster(cluster, { [RESTORE_ANNOTATION]: null });
+  const completed: EtcdRestoreStatus = {
+    ...status,
+    phase: "Completed",
+    succeeded: true,
+    reason: "",
+    restoredRevision: revision,
+    completionTime: now().toISOString(),
+  };
+  await deps.kube.patchRestoreStatus(restore, completed);
+  const seconds = ((now().getTime() - started) / 1000).toFixed(1);
+  const message = `cluster ${clusterName} restored from ${status.backupPath} at revision ${revision} in ${seconds} s; members are added up to size ${spec.size}`;
+  deps.log.info({ revision }, message);
+  await deps.kube.event(restore, "Normal", "RestoreSucceeded", message);
+  await deps.kube.event(cluster, "Normal", "RestoreSucceeded", message);
+  return { done: true, status: completed };
+}

@@ -1,0 +1,114 @@
+// The init containers of a restored seed member, run from the operator's image:
+//   node /app/infra/restore-init.ts fetch    download the backup, checking it on the way
+//   node /app/infra/restore-init.ts install  move the restored data dir into place
+// Between the two, the etcd image's `etcdutl snapshot restore` turns the snapshot into a data dir
+// in a staging directory. Init containers can run again (a pod sandbox re-created after a node
+// restart), so each step is safe to repeat: fetch starts from a clean staging area, and install
+// never replaces a data dir that is already in place (the member may have taken writes since).
+import {
+  createWriteStream,
+  existsSync,
+  readdirSync,
+  readFileSync,
+  renameSync,
+  rmSync,
+  writeFileSync,
+} from "node:fs";
+import { join } from "node:path";
+import { pipeline } from "node:stream/promises";
+import type { BackupStorageType } from "../shared/api/etcd-backup.ts";
+import { SnapshotDigest } from "../shared/etcd-snapshot.ts";
+import { openStore } from "../shared/object-store/index.ts";
+import { RESTORE_DIR, SECRET_DIR, SNAPSHOT_FILE, STAGING_DATA_DIR } from "../shared/restore-pods.ts";
+
+function required(env: NodeJS.ProcessEnv, name: string): string {
+  const value = env[name];
+  if (!value) throw new Error(`environment variable ${name} is not set`);
+  return value;
+}
+
+/** A Secret mounted as a volume: one file per key. */
+function readMountedSecret(dir: string): Record<string, string> {
+  const data: Record<string, string> = {};
+  for (const entry of readdirSync(dir, { withFileTypes: true })) {
+    // Kubernetes mounts keys as symlinks into a ..data directory; skip its bookkeeping entries.
+    if (entry.name.startsWith("..")) continue;
+    data[entry.name] = readFileSync(join(dir, entry.name), "utf8");
+  }
+  return data;
+}
+
+async function fetchBackup(env: NodeJS.ProcessEnv): Promise<void> {
+  const type = required(env, "STORAGE_TYPE") as BackupStorageType;
+  const path = required(env, "BACKUP_PATH");
+  const secretDir = env.SECRET_DIR ?? SECRET_DIR;
+  rmSync(STAGING_DATA_DIR, { recursive: true, force: true });
+  rmSync(SNAPSHOT_FILE, { force: true });
+  const secretName = env.SECRET_NAME ?? "backup-secret";
+  const sections =
+    type === "S3"
+      ? {
+          s3: {
+            path,
+            awsSecret: secretName,
+            endpoint: env.S3_ENDPOINT || undefined,
+            forcePathStyle: env.S3_FORCE_PATH_STYLE === "true",
+          },
+        }
+      : { oss: { path, ossSecret: secretName, endpoint: env.OSS_ENDPOINT || undefined } };
+  const { store, key } = await openStore(type, sections, async () => readMountedSecret(secretDir));
+  try {
+    console.log(`fetching ${store.kind.toLowerCase()}://${store.bucket}/${key}`);
+    const digest = new SnapshotDigest();
+    const started = Date.now();
+    await pipeline(await store.download(key), digest, createWriteStream(SNAPSHOT_FILE));
+    const result = digest.result();
+    const seconds = (Date.now() - started) / 1000;
+    console.log(`fetched ${result.size} bytes in ${seconds.toFixed(1)} s, sha256 ${result.sha256}`);
+    const expected = env.EXPECT_SHA256;
+    if (expected && expected !== result.sha256) {
+      throw new Error(`checksum mismatch: the backup's sha256 is ${result.sha256}, expected ${expected}`);
+    }
+    if (!result.trailerValid) throw new Error("the backup failed etcd's snapshot integrity check");
+  } finally {
+    store.close();
+  }
+}
+
+function installDataDir(env: NodeJS.ProcessEnv): void {
+  const dataDir = env.DATA_DIR ?? "/var/etcd/data";
+  if (existsSync(join(dataDir, "member"))) {
+    console.log(`${dataDir} is already in place; keeping it`);
+  } else {
+    if (!existsSync(join(STAGING_DATA_DIR, "member")))
+      throw new Error(`no restored data dir at ${STAGING_DATA_DIR}`);
+    rmSync(dataDir, { recursive: true, force: true });
+    renameSync(STAGING_DATA_DIR, dataDir);
+    console.log(`restored data dir moved to ${dataDir}`);
+  }
+  rmSync(RESTORE_DIR, { recursive: true, force: true });
+}
+
+async function main(argv: string[]): Promise<void> {
+  const command = argv[0];
+  if (command === "fetch") return fetchBackup(process.env);
+  if (command === "install") return installDataDir(process.env);
+  throw new Error(`usage: restore-init.ts fetch|install (got "${command ?? ""}")`);
+}
+
+if (import.meta.main) {
+  main(process.argv.slice(2)).then(
+    () => process.exit(0),
+    (error: unknown) => {
+      const message = error instanceof Error ? error.message : String(error);
+      console.error(`restore-init: ${message}`);
+      // What `kubectl describe pod` shows as the container's termination message.
+      try {
+        writeFileSync("/dev/termination-log", message);
+      } catch {
+        // Not in a pod (a manual run): stderr has it.
+      }
+      process.exit(1);
+    },
+  );
+}

@@ -1,0 +1,100 @@
+// The seed member of a restore: an ordinary member pod with three init containers in front of
+// etcd, which turn a backup object into its data dir before etcd starts:
+//   1. fetch-backup (operator image): download the object, check its SHA-256 and etcd's trailer;
+//   2. restore-snapshot (the cluster's etcd image): `etcdutl snapshot restore` into a staging dir,
+//      with the new member's name, peer URL and a cluster token of its own;
+//   3. install-data-dir (operator image): move the staging dir into place unless a data dir is
+//      there already (a re-run after the member took writes must not roll them back).
+// The credentials reach the pod as a Secret volume, never as plain env values.
+import type { V1Container, V1EnvVar, V1Pod } from "@kubernetes/client-node";
+import { DATA_DIR } from "./member-pods.ts";
+
+export const RESTORE_DIR = "/var/etcd/restore";
+export const SNAPSHOT_FILE = `${RESTORE_DIR}/snapshot.db`;
+export const STAGING_DATA_DIR = `${RESTORE_DIR}/data`;
+export const SECRET_DIR = "/etc/etcd-backup-secret";
+const SECRET_VOLUME = "backup-secret";
+
+export interface RestoreSource {
+  storageType: "S3" | "OSS";
+  /** "<bucket>/<key>" of the very object to restore. */
+  path: string;
+  secretName: string;
+  s3Endpoint?: string;
+  s3ForcePathStyle?: boolean;
+  ossEndpoint?: string;
+  /** Checked by the fetch container when the backup's metadata recorded it. */
+  sha256?: string;
+}
+
+export interface RestoreSeedInput {
+  /** The seed member's pod, as for any new member. */
+  pod: V1Pod;
+  source: RestoreSource;
+  operatorImage: string;
+  etcdImage: string;
+  memberName: string;
+  peerURL: string;
+  /** A token no old member shares, so none of them can talk to the restored cluster. */
+  clusterToken: string;
+}
+
+function env(values: Record<string, string | undefined>): V1EnvVar[] {
+  return Object.entries(values)
+    .filter((entry): entry is [string, string] => entry[1] !== undefined && entry[1] !== "")
+    .map(([name, value]) => ({ name, value }));
+}
+
+export function restoreSeedPod(input: RestoreSeedInput): V1Pod {
+  const { source } = input;
+  const dataMount = { name: "etcd-data", mountPath: "/var/etcd" };
+  const fetch: V1Container = {
+    name: "fetch-backup",
+    image: input.operatorImage,
+    command: ["node", "/app/infra/restore-init.ts", "fetch"],
+    env: env({
+      STORAGE_TYPE: source.storageType,
+      BACKUP_PATH: source.path,
+      SECRET_NAME: source.secretName,
+      SECRET_DIR,
+      S3_ENDPOINT: source.s3Endpoint,
+      S3_FORCE_PATH_STYLE:
+        source.s3ForcePathStyle === undefined ? undefined : String(source.s3ForcePathStyle),
+      OSS_ENDPOINT: source.ossEndpoint,
+      EXPECT_SHA256: source.sha256,
+    }),
+    volumeMounts: [dataMount, { name: SECRET_VOLUME, mountPath: SECRET_DIR, readOnly: true }],
+  };
+  const restore: V1Container = {
+    name: "restore-snapshot",
+    image: input.etcdImage,
+    command: [
+      "/usr/local/bin/etcdutl",
+      "snapshot",
+      "restore",
+      SNAPSHOT_FILE,
+      `--name=${input.memberName}`,
+      `--initial-cluster=${input.memberName}=${input.peerURL}`,
+      `--initial-advertise-peer-urls=${input.peerURL}`,
+      `--initial-cluster-token=${input.clusterToken}`,
+      `--data-dir=${STAGING_DATA_DIR}`,
+    ],
+    volumeMounts: [dataMount],
+  };
+  const install: V1Container = {
+    name: "install-data-dir",
+    image: input.operatorImage,
+    command: ["node", "/app/infra/restore-init.ts", "install"],
+    env: env({ DATA_DIR }),
+    volumeMounts: [dataMount],
+  };
+  const spec = input.pod.spec ?? { containers: [] };
+  return {
+    ...input.pod,
+    spec: {
+      ...spec,
+      initContainers: [fetch, restore, install],
+      volumes: [...(spec.volumes ?? []), { name: SECRET_VOLUME, secret: { secretName: source.secretName } }],
+    },
+  };
+}
