@@ -11,7 +11,9 @@ import { Redis } from "ioredis";
 import { loadConfig, type OperatorConfig } from "../shared/config.ts";
 import { Kube } from "../shared/kube.ts";
 import { createLogger, type Logger } from "../shared/log.ts";
-import { RECONCILE_QUEUE } from "../shared/queue.ts";
+import { BACKUP_QUEUE, RECONCILE_QUEUE } from "../shared/queue.ts";
+import { startBackupWatcher } from "./backup-watcher.ts";
+import { startBackupWorker } from "./backup-worker.ts";
 import { installCrds } from "./crds.ts";
 import { guardSchedules } from "./scheduler.ts";
 import { startWatcher, type Watcher } from "./watcher.ts";
@@ -35,8 +37,10 @@ export async function startOperator(options: {
   const role = options.role ?? "all";
   const redis = new Redis(config.redisUrl, { maxRetriesPerRequest: null });
   const queue = new Queue(RECONCILE_QUEUE, { connection: redis });
+  const backupQueue = new Queue(BACKUP_QUEUE, { connection: redis });
   const closers: (() => Promise<void>)[] = [];
   let watcher: Watcher | undefined;
+  let backupsReady: Promise<void> | undefined;
   let worker: Worker | undefined;
   let workerConnection: Redis | undefined;
 
@@ -58,24 +62,48 @@ export async function startOperator(options: {
   }
   if (role === "all" || role === "worker") {
     workerConnection = new Redis(config.redisUrl, { maxRetriesPerRequest: null });
-    worker = startWorker({ kube: new Kube(kc), redis, connection: workerConnection, queue, config, log });
+    worker = startWorker({
+      kube: new Kube(kc),
+      redis,
+      connection: workerConnection,
+      queue,
+      backupQueue,
+      config,
+      log,
+    });
     const started = worker;
     closers.push(async () => {
       await started.close();
     });
     log.info({ concurrency: config.workerConcurrency }, "worker started");
+    const backupConnection = new Redis(config.redisUrl, { maxRetriesPerRequest: null });
+    const backupWorker = startBackupWorker({
+      kube: new Kube(kc),
+      redis,
+      connection: backupConnection,
+      config,
+      log,
+    });
+    closers.push(async () => {
+      await backupWorker.close();
+      backupConnection.disconnect();
+    });
   }
   if (role === "all" || role === "watcher") {
     watcher = startWatcher({ kc, queue, redis, config, log });
     const started = watcher;
     closers.push(() => started.stop());
+    const backups = startBackupWatcher({ kc, backupQueue, config, log });
+    backupsReady = backups.ready;
+    closers.push(() => backups.stop());
   }
   return {
-    ready: watcher?.ready ?? Promise.resolve(),
+    ready: Promise.all([watcher?.ready, backupsReady]).then(() => undefined),
     async stop() {
       for (const close of closers.reverse())
         await close().catch((error: unknown) => log.warn({ err: error }, "close failed"));
       await queue.close();
+      await backupQueue.close();
       redis.disconnect();
       workerConnection?.disconnect();
     },

@@ -19,6 +19,7 @@ import {
   requestReconcile,
 } from "../shared/queue.ts";
 import { inScope } from "../shared/scope.ts";
+import { resyncBackups } from "./backup-schedules.ts";
 
 export interface WorkerDeps {
   kube: Kube;
@@ -27,6 +28,8 @@ export interface WorkerDeps {
   /** A dedicated connection for the BullMQ Worker (it blocks on it). */
   connection: Redis;
   queue: Queue;
+  /** The backup queue: the resync also keeps backup schedules and restore jobs in step. */
+  backupQueue?: Queue;
   config: OperatorConfig;
   log: Logger;
 }
@@ -61,7 +64,11 @@ export async function resyncAll(
 
 export function createProcessor(deps: WorkerDeps) {
   return async (job: Job, token?: string): Promise<unknown> => {
-    if (job.name === RESYNC_JOB) return { enqueued: await resyncAll(deps) };
+    if (job.name === RESYNC_JOB) {
+      const enqueued = await resyncAll(deps);
+      if (deps.backupQueue) await resyncBackups(deps.kube, deps.backupQueue, deps.config);
+      return { enqueued };
+    }
     if (!isReconcilePayload(job.data))
       throw new UnrecoverableError(`invalid reconcile payload: ${JSON.stringify(job.data)}`);
     const { namespace, name } = job.data;

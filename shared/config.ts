@@ -21,7 +21,13 @@ export interface OperatorConfig {
   leaseTtlMs: number;
   logLevel: string;
   logPretty: boolean;
+  /** The operator's own image; restores run their init containers from it. */
+  operatorImage: string;
+  /** Backups and restores in parallel per worker process (each streams one snapshot). */
+  backupConcurrency: number;
 }
+
+export const DEFAULT_OPERATOR_IMAGE = "ghcr.io/etcd-operator-ts/etcd-operator:v0.1.0";
 
 export class ConfigError extends Error {
   override name = "ConfigError";
@@ -71,5 +77,7 @@ export function loadConfig(env: Record<string, string | undefined>): OperatorCon
     leaseTtlMs: int(env, "LEASE_TTL_MS", 10_000, 1_000, 600_000),
     logLevel: env.LOG_LEVEL || "info",
     logPretty: bool(env, "LOG_PRETTY", false),
+    operatorImage: env.OPERATOR_IMAGE || DEFAULT_OPERATOR_IMAGE,
+    backupConcurrency: int(env, "BACKUP_CONCURRENCY", 2, 1, 64),
   };
 }

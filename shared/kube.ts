@@ -193,6 +193,24 @@ export class Kube {
     return found as EtcdBackup | undefined;
   }
 
+  /** Every EtcdBackup in one namespace, or in all namespaces when namespace is undefined. */
+  async listBackups(namespace: string | undefined): Promise<EtcdBackup[]> {
+    return (await this.listCustom(namespace, BACKUP_PLURAL)) as EtcdBackup[];
+  }
+
+  async listRestores(namespace: string | undefined): Promise<EtcdRestore[]> {
+    return (await this.listCustom(namespace, RESTORE_PLURAL)) as EtcdRestore[];
+  }
+
+  private async listCustom(namespace: string | undefined, plural: string): Promise<unknown[]> {
+    const list = (
+      namespace
+        ? await this.custom.listNamespacedCustomObject({ group: GROUP, version: VERSION, namespace, plural })
+        : await this.custom.listClusterCustomObject({ group: GROUP, version: VERSION, plural })
+    ) as { items?: unknown[] };
+    return list.items ?? [];
+  }
+
   async patchBackupStatus(backup: EtcdBackup, status: EtcdBackupStatus): Promise<void> {
     await ignoreGoneOrConflict(
       this.custom.patchNamespacedCustomObjectStatus(

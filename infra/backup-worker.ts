@@ -1,0 +1,106 @@
+// The worker host for backups and restores: takes `backup` and `restore` jobs from the backup
+// queue and runs functions/backup.ts and functions/restore.ts.
+// - One backup per EtcdBackup at a time (a Redis lease): a scheduled run that finds the previous
+//   one still uploading is skipped, not stacked.
+// - A restore changes a cluster, so it holds the cluster's own lease (the reconcile's), and each
+//   phase that must wait moves the job to delayed: no sleeping worker.
+import { DelayedError, type Job, UnrecoverableError, Worker } from "bullmq";
+import type { Redis } from "ioredis";
+import { BackupSpecError, backupJob } from "../functions/backup.ts";
+import { restoreStep } from "../functions/restore.ts";
+import type { OperatorConfig } from "../shared/config.ts";
+import type { Kube } from "../shared/kube.ts";
+import { acquireLease, LeaseLostError } from "../shared/lease.ts";
+import type { Logger } from "../shared/log.ts";
+import { BACKUP_JOB, BACKUP_QUEUE, isBackupPayload, RESTORE_JOB } from "../shared/queue.ts";
+import { inScope } from "../shared/scope.ts";
+
+export interface BackupWorkerDeps {
+  kube: Kube;
+  redis: Redis;
+  /** A dedicated connection for the BullMQ Worker (it blocks on it). */
+  connection: Redis;
+  config: OperatorConfig;
+  log: Logger;
+}
+
+async function delay(job: Job, token: string | undefined, ms: number): Promise<never> {
+  await job.moveToDelayed(Date.now() + Math.max(0, ms), token);
+  throw new DelayedError();
+}
+
+export function createBackupProcessor(deps: BackupWorkerDeps) {
+  const etcd = { timeoutMs: deps.config.etcdTimeoutMs };
+  return async (job: Job, token?: string): Promise<unknown> => {
+    if (!isBackupPayload(job.data))
+      throw new UnrecoverableError(`invalid backup payload: ${JSON.stringify(job.data)}`);
+    const { namespace, name, reason } = job.data;
+    const key = `${namespace}/${name}`;
+    if (job.name === BACKUP_JOB) {
+      const log = deps.log.child({ backup: key, job: job.id, attempt: job.attemptsMade + 1, reason });
+      const acquired = await acquireLease(deps.redis, `backup/${key}`, deps.config.leaseTtlMs);
+      if ("heldForMs" in acquired) {
+        log.info("the previous backup is still running; skipping this run");
+        return { skipped: "running" };
+      }
+      try {
+        const backup = await deps.kube.getBackup(namespace, name);
+        if (backup && !inScope(backup, deps.config)) return { skipped: "out of scope" };
+        const result = await backupJob({ namespace, name, reason }, { kube: deps.kube, log, etcd });
+        return result.kind === "done" ? { path: result.record.path, size: result.record.size } : result;
+      } catch (error) {
+        if (error instanceof BackupSpecError) throw new UnrecoverableError(error.message);
+        throw error;
+      } finally {
+        await acquired.lease.release();
+      }
+    }
+    if (job.name === RESTORE_JOB) {
+      const restore = await deps.kube.getRestore(namespace, name);
+      if (!restore || !inScope(restore, deps.config)) return { skipped: "gone or out of scope" };
+      const cluster = `${namespace}/${restore.spec.etcdCluster.name}`;
+      const log = deps.log.child({ restore: key, cluster, job: job.id, phase: restore.status?.phase });
+      // Verifying reads the backup only (minutes for a big one): the cluster's reconcile goes on meanwhile.
+      const phase = restore.status?.phase;
+      const changesCluster = phase === "Replacing" || phase === "Seeding";
+      const acquired = changesCluster
+        ? await acquireLease(deps.redis, cluster, deps.config.leaseTtlMs)
+        : { lease: { guard: async () => {}, release: async () => {} } };
+      if ("heldForMs" in acquired) return delay(job, token, Math.min(acquired.heldForMs, 1_000));
+      let requeueAfterMs: number | undefined;
+      try {
+        const result = await restoreStep(restore, {
+          kube: deps.kube,
+          log,
+          etcd,
+          operatorImage: deps.config.operatorImage,
+          guard: () => acquired.lease.guard(),
+        });
+        if (result.done) return { phase: result.status.phase, reason: result.status.reason };
+        requeueAfterMs = result.requeueAfterMs;
+      } catch (error) {
+        if (error instanceof LeaseLostError) requeueAfterMs = 1_000;
+        else throw error;
+      } finally {
+        await acquired.lease.release();
+      }
+      return delay(job, token, requeueAfterMs);
+    }
+    throw new UnrecoverableError(`unknown job "${job.name}" on ${BACKUP_QUEUE}`);
+  };
+}
+
+export function startBackupWorker(deps: BackupWorkerDeps): Worker {
+  const worker = new Worker(BACKUP_QUEUE, createBackupProcessor(deps), {
+    connection: deps.connection,
+    concurrency: deps.config.backupConcurrency,
+    lockDuration: 30_000,
+    stalledInterval: 15_000,
+    maxStalledCount: 10,
+  });
+  worker.on("failed", (job, error) => {
+    deps.log.warn({ job: job?.id, err: error, attemptsMade: job?.attemptsMade }, "backup job failed");
+  });
+  worker.on("error", (error) => deps.log.error({ err: error }, "backup worker error"));
+  return worker;
+}

@@ -1,0 +1,178 @@
+// Unit tests of the pure parts of backups and restores: object names and pruning, the snapshot
+// integrity check, credentials from Secrets, and the restore seed pod.
+import { createHash, randomBytes } from "node:crypto";
+import { Readable, Writable } from "node:stream";
+import { pipeline } from "node:stream/promises";
+import t from "tap";
+import {
+  backupsToPrune,
+  META_SUFFIX,
+  parsePeriodicKey,
+  periodicBackups,
+  periodicKey,
+  restoreCandidate,
+} from "../functions/backup-objects.ts";
+import { SnapshotDigest } from "../shared/etcd-snapshot.ts";
+import { ossCredentialsFromSecret, s3CredentialsFromSecret } from "../shared/object-store/credentials.ts";
+import { ObjectStoreError, splitBucketPath } from "../shared/object-store/types.ts";
+import { restoreSeedPod } from "../shared/restore-pods.ts";
+
+/** Bytes shaped like an etcd snapshot: a body followed by the SHA-256 of that body. */
+function fakeSnapshot(size: number): Buffer {
+  const body = randomBytes(size);
+  return Buffer.concat([body, createHash("sha256").update(body).digest()]);
+}
+
+async function digestOf(data: Buffer, chunk = 4096) {
+  const digest = new SnapshotDigest();
+  const chunks: Buffer[] = [];
+  for (let i = 0; i < data.length; i += chunk) chunks.push(data.subarray(i, i + chunk));
+  await pipeline(Readable.from(chunks), digest, new Writable({ write: (_c, _e, done) => done() }));
+  return digest.result();
+}
+
+t.test("object names carry cluster, revision and time and sort by time", async (t) => {
+  const at = new Date("2026-11-29T13:45:00.123Z");
+  const key = periodicKey("dir/etcd.backup", "example", 4401, at);
+  t.equal(key, "dir/etcd.backup_example_v4401_20261129-134500.123Z");
+  t.same(parsePeriodicKey("dir/etcd.backup", key), {
+    key,
+    cluster: "example",
+    revision: 4401,
+    stamp: "20261129-134500.123Z",
+  });
+  t.equal(
+    parsePeriodicKey("dir/etcd.backup", `${key}${META_SUFFIX}`),
+    undefined,
+    "metadata files are not backups",
+  );
+  t.equal(
+    parsePeriodicKey("dir/etcd.backup", "dir/etcd.backup"),
+    undefined,
+    "the one-shot object is not periodic",
+  );
+  t.equal(parsePeriodicKey("dir/etcd", key), undefined, "another prefix's backups are not ours");
+  const keys = [0, 3, 1, 2].map((m) => periodicKey("p", "c", 10 + m, new Date(at.getTime() + m * 60_000)));
+  t.same(
+    periodicBackups("p", keys).map((b) => b.revision),
+    [13, 12, 11, 10],
+    "newest first",
+  );
+});
+
+t.test("pruning keeps the newest maxBackups and never the one just taken", async (t) => {
+  const at = Date.parse("2026-11-29T00:00:00Z");
+  const keys = Array.from({ length: 5 }, (_, i) => periodicKey("p", "c", i + 1, new Date(at + i * 1000)));
+  const newest = keys[4] ?? "";
+  t.same(backupsToPrune("p", keys, 3, newest), [keys[1], keys[0]]);
+  t.same(backupsToPrune("p", keys, 0, newest), [], "0 keeps all");
+  t.same(backupsToPrune("p", keys, 1, newest), [keys[3], keys[2], keys[1], keys[0]]);
+  // A clock that went backwards: the just-taken backup sorts oldest, yet it is kept.
+  const skewed = periodicKey("p", "c", 99, new Date(at - 3_600_000));
+  const pruned = backupsToPrune("p", [...keys, skewed], 2, skewed);
+  t.notOk(pruned.includes(skewed), "the new backup survives");
+  t.equal(pruned.length, 4, "room for one more besides it");
+  t.same(
+    backupsToPrune("p", [...keys, "p.other", `${newest}${META_SUFFIX}`], 5, newest),
+    [],
+    "other objects untouched",
+  );
+});
+
+t.test("a restore path names an object or the newest periodic backup under it", async (t) => {
+  const a = periodicKey("p", "c", 1, new Date("2026-01-01T00:00:00Z"));
+  const b = periodicKey("p", "c", 2, new Date("2026-01-02T00:00:00Z"));
+  t.equal(restoreCandidate("p", ["p", a, b]), "p", "the exact object wins");
+  t.equal(restoreCandidate("p", [a, b, `${b}${META_SUFFIX}`]), b);
+  t.equal(restoreCandidate("p", ["q"]), undefined);
+});
+
+t.test("the snapshot digest checks etcd's trailer across any chunking", async (t) => {
+  const snapshot = fakeSnapshot(100_000);
+  for (const chunk of [1, 7, 32, 33, 4096, 1 << 20]) {
+    const result = await digestOf(snapshot, chunk);
+    t.ok(result.trailerValid, `valid with ${chunk}-byte chunks`);
+    t.equal(result.size, snapshot.length);
+    t.equal(result.sha256, createHash("sha256").update(snapshot).digest("hex"));
+  }
+  t.notOk((await digestOf(snapshot.subarray(0, snapshot.length - 1000))).trailerValid, "truncated");
+  const corrupted = Buffer.from(snapshot);
+  corrupted[5000] = (corrupted[5000] ?? 0) ^ 0xff;
+  t.notOk((await digestOf(corrupted)).trailerValid, "one flipped byte");
+  t.notOk((await digestOf(Buffer.alloc(0))).trailerValid, "empty");
+  t.notOk((await digestOf(snapshot.subarray(0, 32))).trailerValid, "trailer only");
+});
+
+t.test("bucket paths", async (t) => {
+  t.same(splitBucketPath("bucket/dir/etcd.backup"), { bucket: "bucket", key: "dir/etcd.backup" });
+  for (const bad of ["bucket", "bucket/", "/key", "", "bucket/dir/"]) {
+    t.throws(() => splitBucketPath(bad), ObjectStoreError, `"${bad}" refused`);
+  }
+});
+
+t.test("credentials come from coreos-style Secrets and are never echoed", async (t) => {
+  const credentials = "[default]\naws_access_key_id = AKIDEXAMPLE\naws_secret_access_key = s3cr3t\n";
+  const config = "[default]\nregion = eu-west-1\n";
+  t.same(s3CredentialsFromSecret("aws", { credentials, config }), {
+    accessKeyId: "AKIDEXAMPLE",
+    secretAccessKey: "s3cr3t",
+    sessionToken: undefined,
+    region: "eu-west-1",
+  });
+  t.equal(
+    s3CredentialsFromSecret("aws", { credentials, config: "[profile default]\nregion = us-west-2\n" }).region,
+    "us-west-2",
+  );
+  const missing = t.throws(() => s3CredentialsFromSecret("aws", { config }));
+  t.match(String(missing), /no key "credentials"/);
+  const partial = t.throws(() =>
+    s3CredentialsFromSecret("aws", { credentials: "[default]\naws_access_key_id = X\n" }),
+  );
+  t.match(String(partial), /aws_secret_access_key/);
+  t.same(ossCredentialsFromSecret("oss", { accessKeyID: "id", accessKeySecret: "secret" }), {
+    accessKeyId: "id",
+    accessKeySecret: "secret",
+  });
+  const wrongKeys = t.throws(() =>
+    ossCredentialsFromSecret("oss", { accessKeyId: "id", secret: "very-secret" }),
+  );
+  t.match(String(wrongKeys), /accessKeyID and accessKeySecret/);
+  t.notMatch(String(wrongKeys), /very-secret/, "values are not in the message");
+});
+
+t.test("the restore seed pod restores before etcd starts, with credentials as a volume", async (t) => {
+  const pod = restoreSeedPod({
+    pod: {
+      metadata: { name: "c-abc" },
+      spec: { containers: [{ name: "etcd", image: "etcd:v3.6.16" }], volumes: [] },
+    },
+    source: {
+      storageType: "S3",
+      path: "bucket/key",
+      secretName: "aws",
+      s3Endpoint: "http://10.0.0.1:9000",
+      sha256: "ab",
+    },
+    operatorImage: "example/etcd-operator:v1",
+    etcdImage: "quay.io/coreos/etcd:v3.6.16",
+    memberName: "c-abc",
+    peerURL: "http://c-abc.c.default.svc:2380",
+    clusterToken: "c-restore-uid",
+  });
+  t.same(
+    pod.spec?.initContainers?.map((c) => c.name),
+    ["fetch-backup", "restore-snapshot", "install-data-dir"],
+  );
+  const fetch = pod.spec?.initContainers?.[0];
+  t.notOk(
+    fetch?.env?.some(
+      (e) => /secret|key/i.test(e.name) && e.name !== "SECRET_NAME" && e.name !== "SECRET_DIR",
+    ),
+    "no credential in env",
+  );
+  t.ok(pod.spec?.volumes?.some((v) => v.secret?.secretName === "aws"));
+  const restore = pod.spec?.initContainers?.[1]?.command ?? [];
+  t.ok(restore.includes("--initial-cluster=c-abc=http://c-abc.c.default.svc:2380"));
+  t.ok(restore.includes("--initial-cluster-token=c-restore-uid"));
+  t.equal(pod.spec?.containers[0]?.name, "etcd", "the member container is unchanged");
+});
