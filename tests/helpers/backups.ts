@@ -1,0 +1,144 @@
+// What end-to-end tests and benchmarks do with EtcdBackups and EtcdRestores: create them, wait for
+// their outcome, read their Events, and fill a cluster with data to back up.
+import { randomBytes } from "node:crypto";
+import type { Etcd3 } from "etcd3";
+import { waitFor } from "../../infra/local/kube-wait.ts";
+import { BACKUP_PLURAL, type EtcdBackup } from "../../shared/api/etcd-backup.ts";
+import { GROUP, VERSION } from "../../shared/api/etcd-cluster.ts";
+import { type EtcdRestore, RESTORE_PLURAL } from "../../shared/api/etcd-restore.ts";
+import type { ClusterClients } from "./clusters.ts";
+
+export async function createBackup(
+  c: ClusterClients,
+  namespace: string,
+  name: string,
+  spec: object,
+): Promise<void> {
+  await c.custom.createNamespacedCustomObject({
+    group: GROUP,
+    version: VERSION,
+    namespace,
+    plural: BACKUP_PLURAL,
+    body: { apiVersion: `${GROUP}/${VERSION}`, kind: "EtcdBackup", metadata: { name }, spec },
+  });
+}
+
+export async function getBackup(c: ClusterClients, namespace: string, name: string): Promise<EtcdBackup> {
+  const found = await c.kube.getBackup(namespace, name);
+  if (!found) throw new Error(`EtcdBackup ${name} not found`);
+  return found;
+}
+
+export async function deleteCustom(
+  c: ClusterClients,
+  namespace: string,
+  plural: string,
+  name: string,
+): Promise<void> {
+  await c.custom.deleteNamespacedCustomObject({ group: GROUP, version: VERSION, namespace, plural, name });
+}
+
+/** Waits for the backup's first outcome (success or failure) written at or after `since` (ms). */
+export async function waitBackupOutcome(
+  c: ClusterClients,
+  namespace: string,
+  name: string,
+  options: { since?: number; timeoutMs?: number } = {},
+): Promise<NonNullable<EtcdBackup["status"]>> {
+  return waitFor(
+    `EtcdBackup ${name} to finish`,
+    async () => {
+      const status = (await getBackup(c, namespace, name)).status;
+      const at = status?.lastAttemptDate ? Date.parse(status.lastAttemptDate) : 0;
+      return status && status.succeeded !== undefined && at >= (options.since ?? 0) ? status : undefined;
+    },
+    {
+      timeoutMs: options.timeoutMs ?? 90_000,
+      intervalMs: 200,
+      describe: async () => JSON.stringify((await getBackup(c, namespace, name)).status),
+    },
+  );
+}
+
+/** An EtcdRestore of `clusterName` (it must have the cluster's name). */
+export async function createRestore(
+  c: ClusterClients,
+  namespace: string,
+  clusterName: string,
+  spec: object,
+): Promise<void> {
+  await c.custom.createNamespacedCustomObject({
+    group: GROUP,
+    version: VERSION,
+    namespace,
+    plural: RESTORE_PLURAL,
+    body: {
+      apiVersion: `${GROUP}/${VERSION}`,
+      kind: "EtcdRestore",
+      metadata: { name: clusterName },
+      spec: { etcdCluster: { name: clusterName }, ...spec },
+    },
+  });
+}
+
+export async function waitRestore(
+  c: ClusterClients,
+  namespace: string,
+  name: string,
+  phase: "Completed" | "Failed",
+  timeoutMs = 120_000,
+): Promise<EtcdRestore> {
+  return waitFor(
+    `EtcdRestore ${name} to be ${phase}`,
+    async () => {
+      const restore = await c.kube.getRestore(namespace, name);
+      if (restore?.status?.phase === "Failed" && phase !== "Failed") {
+        throw new Error(`restore failed: ${restore.status.reason}`);
+      }
+      return restore?.status?.phase === phase ? restore : undefined;
+    },
+    {
+      timeoutMs,
+      intervalMs: 300,
+      describe: async () => JSON.stringify((await c.kube.getRestore(namespace, name))?.status),
+    },
+  );
+}
+
+export async function eventsOf(
+  c: ClusterClients,
+  namespace: string,
+  kind: string,
+  name: string,
+): Promise<{ type?: string; reason?: string; message?: string }[]> {
+  const list = await c.core.listNamespacedEvent({
+    namespace,
+    fieldSelector: `involvedObject.kind=${kind},involvedObject.name=${name}`,
+  });
+  return list.items.map((e) => ({ type: e.type, reason: e.reason, message: e.message }));
+}
+
+/**
+ * Writes `bytes` of random values (1 MiB each, under etcd's 1.5 MiB request limit) under `fill/`,
+ * a few puts in flight; reports progress every 128 MiB.
+ */
+export async function fillKeyspace(
+  client: Etcd3,
+  bytes: number,
+  progress: (writtenBytes: number) => void = () => {},
+): Promise<number> {
+  const valueSize = 1024 * 1024;
+  const count = Math.ceil(bytes / valueSize);
+  let next = 0;
+  let written = 0;
+  const worker = async () => {
+    while (next < count) {
+      const index = next++;
+      await client.put(`fill/${String(index).padStart(6, "0")}`).value(randomBytes(valueSize));
+      written += valueSize;
+      if (written % (128 * valueSize) === 0) progress(written);
+    }
+  };
+  await Promise.all(Array.from({ length: 4 }, worker));
+  return count;
+}
