@@ -12,8 +12,15 @@ import t from "tap";
 import { installCrds } from "../infra/crds.ts";
 import { startLocalCluster } from "../infra/local/control-plane.ts";
 import { clientsFor, waitFor } from "../infra/local/kube-wait.ts";
-import { type EtcdCluster, GROUP, PLURAL, VERSION } from "../shared/api/etcd-cluster.ts";
-import { Kube, MERGE_PATCH } from "../shared/kube.ts";
+import { Kube } from "../shared/kube.ts";
+import {
+  type ClusterClients,
+  createCluster,
+  getCluster,
+  patchSpec,
+  readyPods,
+  waitReady,
+} from "./helpers/clusters.ts";
 import { etcdPidOf } from "./helpers/etcd-processes.ts";
 import { type OperatorProcess, startOperatorProcess } from "./helpers/operator-processes.ts";
 
@@ -22,6 +29,7 @@ t.teardown(() => cluster.stop());
 const { kc, core } = clientsFor(cluster.kubeconfigPath);
 const custom = kc.makeApiClient(CustomObjectsApi);
 const kube = new Kube(kc);
+const c: ClusterClients = { kube, core, custom };
 await installCrds(kc);
 await core.createNamespace({ body: { metadata: { name: "other" } } });
 
@@ -32,104 +40,47 @@ t.teardown(async () => {
 const SLOW_RESYNC = { RECONCILE_INTERVAL_MS: "60000", MEMBER_UNHEALTHY_GRACE_MS: "10000" };
 processes.push(startOperatorProcess(cluster, "all", SLOW_RESYNC));
 
-async function createCluster(
-  namespace: string,
-  name: string,
-  spec: object,
-  annotations?: Record<string, string>,
-) {
-  await custom.createNamespacedCustomObject({
-    group: GROUP,
-    version: VERSION,
-    namespace,
-    plural: PLURAL,
-    body: { apiVersion: `${GROUP}/${VERSION}`, kind: "EtcdCluster", metadata: { name, annotations }, spec },
-  });
-}
-
-async function getCluster(namespace: string, name: string): Promise<EtcdCluster> {
-  const found = await kube.getCluster(namespace, name);
-  if (!found) throw new Error(`EtcdCluster ${namespace}/${name} not found`);
-  return found;
-}
-
-// A merge patch, not a read-modify-replace: the operator writes status concurrently, and a replace
-// carrying a stale resourceVersion fails with 409 Conflict.
-async function patchSpec(namespace: string, name: string, spec: object): Promise<void> {
-  await custom.patchNamespacedCustomObject(
-    { group: GROUP, version: VERSION, namespace, plural: PLURAL, name, body: { spec } },
-    MERGE_PATCH,
-  );
-}
-
-async function readyPods(namespace: string, name: string): Promise<number> {
-  const pods = await core.listNamespacedPod({ namespace, labelSelector: `etcd_cluster=${name}` });
-  return pods.items.filter(
-    (p) =>
-      !p.metadata?.deletionTimestamp &&
-      p.status?.conditions?.some((c) => c.type === "Ready" && c.status === "True"),
-  ).length;
-}
-
-async function waitReady(namespace: string, name: string, size: number, timeoutMs = 60_000): Promise<void> {
-  await waitFor(
-    `${namespace}/${name} to have ${size} ready members`,
-    async () => {
-      const c = await getCluster(namespace, name);
-      const steady = c.status?.conditions?.find((x) => x.type === "Progressing")?.status === "False";
-      return steady && c.status?.readyMembers === size && (await readyPods(namespace, name)) === size
-        ? true
-        : undefined;
-    },
-    {
-      timeoutMs,
-      intervalMs: 300,
-      describe: async () => JSON.stringify((await getCluster(namespace, name)).status),
-    },
-  );
-}
-
 t.test("paused: true stops every change until it is lifted", async (t) => {
-  await createCluster("default", "calm", { size: 1 });
-  await waitReady("default", "calm", 1);
-  await patchSpec("default", "calm", { paused: true, size: 3 });
+  await createCluster(c, "default", "calm", { size: 1 });
+  await waitReady(c, "default", "calm", 1);
+  await patchSpec(c, "default", "calm", { paused: true, size: 3 });
   await waitFor("status to show the pause", async () =>
-    (await getCluster("default", "calm")).status?.controlPaused ? true : undefined,
+    (await getCluster(c, "default", "calm")).status?.controlPaused ? true : undefined,
   );
   await new Promise((r) => setTimeout(r, 4000));
-  t.equal(await readyPods("default", "calm"), 1, "no member was added while paused");
-  const paused = await getCluster("default", "calm");
+  t.equal(await readyPods(c, "default", "calm"), 1, "no member was added while paused");
+  const paused = await getCluster(c, "default", "calm");
   t.equal(paused.status?.conditions?.find((c) => c.type === "Progressing")?.reason, "Paused");
-  await patchSpec("default", "calm", { paused: false });
-  await waitReady("default", "calm", 3);
-  t.equal((await getCluster("default", "calm")).status?.controlPaused, false, "unpaused");
+  await patchSpec(c, "default", "calm", { paused: false });
+  await waitReady(c, "default", "calm", 3);
+  t.equal((await getCluster(c, "default", "calm")).status?.controlPaused, false, "unpaused");
 });
 
 t.test(
   "a namespaced operator ignores other namespaces; a cluster-wide one takes only annotated clusters",
   async (t) => {
-    await createCluster("other", "wide", { size: 1 }, { "etcd.database.coreos.com/scope": "clusterwide" });
-    await createCluster("other", "plain", { size: 1 });
+    await createCluster(c, "other", "wide", { size: 1 }, { "etcd.database.coreos.com/scope": "clusterwide" });
+    await createCluster(c, "other", "plain", { size: 1 });
     await new Promise((r) => setTimeout(r, 4000));
-    t.equal(await readyPods("other", "wide"), 0, "the namespaced operator left the other namespace alone");
+    t.equal(await readyPods(c, "other", "wide"), 0, "the namespaced operator left the other namespace alone");
     processes.push(startOperatorProcess(cluster, "all", { ...SLOW_RESYNC, CLUSTER_WIDE: "true" }));
-    await waitReady("other", "wide", 1);
+    await waitReady(c, "other", "wide", 1);
     t.pass("the cluster-wide operator runs the annotated cluster");
     await new Promise((r) => setTimeout(r, 3000));
-    t.equal(await readyPods("other", "plain"), 0, "and leaves the unannotated one alone");
-    t.notOk((await getCluster("other", "plain")).status?.phase, "nobody wrote its status");
+    t.equal(await readyPods(c, "other", "plain"), 0, "and leaves the unannotated one alone");
+    t.notOk((await getCluster(c, "other", "plain")).status?.phase, "nobody wrote its status");
   },
 );
 
 t.test("the watcher survives a kube-apiserver restart", async (t) => {
   await cluster.restartApiserver(3_000);
   await waitFor("the apiserver to answer again", async () =>
-    (await getCluster("default", "calm")) ? true : undefined,
+    (await getCluster(c, "default", "calm")) ? true : undefined,
   );
   // A change after the restart must arrive through the re-established watch (resync is 60 s away).
   const started = Date.now();
-  await patchSpec("default", "calm", { size: 1 });
-  await waitReady("default", "calm", 1, 40_000);
+  await patchSpec(c, "default", "calm", { size: 1 });
+  await waitReady(c, "default", "calm", 1, 40_000);
   t.ok(Date.now() - started < 40_000, `scaled down through the restored watch in ${Date.now() - started} ms`);
 });
 
@@ -138,14 +89,14 @@ t.test("after Redis loses every key, the operator rebuilds its work from the clu
   t.teardown(() => redis.disconnect());
   // No operator runs while the spec changes and Redis is wiped: no event will ever announce it.
   for (const p of processes.splice(0)) await p.kill("SIGTERM");
-  await patchSpec("default", "calm", { size: 3 });
+  await patchSpec(c, "default", "calm", { size: 3 });
   await redis.flushall();
   // Only a scheduler and a worker come back (no watcher): the scheduler finds the queue state
   // gone, reinstalls its schedule and enqueues every cluster; the resync itself is 60 s away.
   processes.push(startOperatorProcess(cluster, "scheduler", SLOW_RESYNC));
   processes.push(startOperatorProcess(cluster, "worker", SLOW_RESYNC));
   const started = Date.now();
-  await waitReady("default", "calm", 3, 45_000);
+  await waitReady(c, "default", "calm", 3, 45_000);
   t.ok(
     Date.now() - started < 45_000,
     `converged ${Date.now() - started} ms after the restart, well before a resync`,
@@ -179,7 +130,7 @@ t.test("a member whose data is corrupted crash-loops, and is replaced after the 
     },
     { timeoutMs: 90_000 },
   );
-  await waitReady("default", "calm", 3, 90_000);
+  await waitReady(c, "default", "calm", 3, 90_000);
   const events = await core.listNamespacedEvent({
     namespace: "default",
     fieldSelector: "involvedObject.name=calm,reason=MemberReplaced",
