@@ -38,7 +38,9 @@ const server = await startOssServer({
   // JSON logs go to stderr: stdout carries only the ready line.
   log: pino({ level: process.env.LOG_LEVEL ?? "info" }, pino.destination(2)),
 });
-process.stdout.write(`${JSON.stringify({ endpoint: server.endpoint, region: server.region, pid: process.pid })}\n`);
+process.stdout.write(
+  `${JSON.stringify({ endpoint: server.endpoint, region: server.region, pid: process.pid })}\n`,
+);
 
 for (const signal of ["SIGTERM", "SIGINT"] as const) {
   process.once(signal, () => {

@@ -2,7 +2,7 @@
 // that answer the way OSS does (XML documents, empty answers, request bodies that are small XML).
 import { createHash } from "node:crypto";
 import type { IncomingMessage, ServerResponse } from "node:http";
-import type { Logger } from "pino";
+import type { Logger } from "../../../shared/log.ts";
 import { parseContentMd5 } from "./body.ts";
 import { entityTooLarge, invalidDigest, type OssError, renderError } from "./errors.ts";
 import type { MultipartUploads } from "./multipart.ts";
