@@ -524,6 +524,31 @@ t.test("replayed requests: an exact replay is served, any tampering is refused",
   }
 });
 
+t.test("an upload cut off midway leaves neither an object nor a partial file behind", async (t) => {
+  const client = ossClient("V1");
+  const recorded = recordRequests(client);
+  const key = "cut-off/snapshot.db";
+  const body = randomBytes(1024 * 1024);
+  await client.put(key, body);
+  await client.delete(key);
+  const put = recorded.find((request) => request.method === "PUT");
+  if (put === undefined) throw new Error("ali-oss sent no PUT");
+  const store = join(dir, "store");
+  const before = bytesOnDisk(store);
+
+  // The same signed PUT again, but the connection breaks after 256 KiB of the 1 MiB body.
+  const request = httpRequest(put.url, { method: "PUT", headers: put.headers });
+  request.on("error", () => undefined);
+  request.write(body.subarray(0, 256 * 1024));
+  const deadline = Date.now() + 10_000;
+  while (bytesOnDisk(store) - before < 128 * 1024 && Date.now() < deadline) await sleep(10);
+  t.ok(bytesOnDisk(store) - before >= 128 * 1024, "the server was writing the body to disk");
+  request.destroy();
+  while (bytesOnDisk(store) > before && Date.now() < deadline) await sleep(10);
+  t.equal(bytesOnDisk(store), before, "the partial body is removed once the client is gone");
+  await t.rejects(client.head(key), { code: "NoSuchKey" }, "and no object was created");
+});
+
 t.test("buckets can be created, described, listed and deleted once empty", async (t) => {
   const client = ossClient("V1");
   const name = "second-bucket";

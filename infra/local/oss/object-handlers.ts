@@ -37,6 +37,8 @@ const RESPONSE_OVERRIDES: Readonly<Record<string, string>> = {
   "response-content-encoding": "content-encoding",
 };
 
+export const RESPONSE_OVERRIDE_PARAMETERS: readonly string[] = Object.keys(RESPONSE_OVERRIDES);
+
 const MAX_DELETE_BODY_BYTES = 2 * 1024 * 1024;
 const MAX_KEYS_PER_DELETE = 1000;
 

@@ -27,17 +27,9 @@ import {
   getObject,
   getObjectMeta,
   putObject,
+  RESPONSE_OVERRIDE_PARAMETERS,
 } from "./object-handlers.ts";
 import { V1_SUBRESOURCES } from "./signature.ts";
-
-const RESPONSE_OVERRIDE_PARAMETERS = [
-  "response-content-type",
-  "response-content-language",
-  "response-expires",
-  "response-cache-control",
-  "response-content-disposition",
-  "response-content-encoding",
-];
 
 function refuseOtherSubresources(x: Exchange, operation: string, handled: readonly string[] = []): void {
   for (const name of x.query.keys()) {
