@@ -8,6 +8,7 @@
 import {
   createWriteStream,
   existsSync,
+  mkdirSync,
   readdirSync,
   readFileSync,
   renameSync,
@@ -17,7 +18,7 @@ import {
 import { join } from "node:path";
 import { pipeline } from "node:stream/promises";
 import type { BackupStorageType } from "../shared/api/etcd-backup.ts";
-import { SnapshotDigest } from "../shared/etcd-snapshot.ts";
+import { openSnapshot, SnapshotDigest } from "../shared/etcd-snapshot.ts";
 import { openStore } from "../shared/object-store/index.ts";
 import { RESTORE_DIR, SECRET_DIR, SNAPSHOT_FILE, STAGING_DATA_DIR } from "../shared/restore-pods.ts";
 
@@ -38,12 +39,29 @@ function readMountedSecret(dir: string): Record<string, string> {
   return data;
 }
 
+/** Streams a snapshot from a surviving member into the snapshot file (quorum-loss recovery). */
+async function fetchFromMember(endpoint: string): Promise<void> {
+  console.log(`fetching a snapshot from member ${endpoint}`);
+  const snapshot = await openSnapshot(endpoint, { timeoutMs: 10_000 });
+  const digest = new SnapshotDigest();
+  try {
+    await pipeline(snapshot.stream, digest, createWriteStream(SNAPSHOT_FILE));
+  } finally {
+    snapshot.close();
+  }
+  const result = digest.result();
+  console.log(`fetched ${result.size} bytes at revision ≥ ${snapshot.revision}`);
+  if (!result.trailerValid) throw new Error("the member's snapshot failed etcd's integrity check");
+}
+
 async function fetchBackup(env: NodeJS.ProcessEnv): Promise<void> {
+  // A re-run starts from a clean staging area.
+  rmSync(RESTORE_DIR, { recursive: true, force: true });
+  mkdirSync(RESTORE_DIR, { recursive: true });
+  if (env.STORAGE_TYPE === "Member") return fetchFromMember(required(env, "MEMBER_ENDPOINT"));
   const type = required(env, "STORAGE_TYPE") as BackupStorageType;
   const path = required(env, "BACKUP_PATH");
   const secretDir = env.SECRET_DIR ?? SECRET_DIR;
-  rmSync(STAGING_DATA_DIR, { recursive: true, force: true });
-  rmSync(SNAPSHOT_FILE, { force: true });
   const secretName = env.SECRET_NAME ?? "backup-secret";
   const sections =
     type === "S3"

@@ -15,6 +15,13 @@ export const STAGING_DATA_DIR = `${RESTORE_DIR}/data`;
 export const SECRET_DIR = "/etc/etcd-backup-secret";
 const SECRET_VOLUME = "backup-secret";
 
+/** A snapshot streamed from a surviving member (quorum-loss recovery), no object store involved. */
+export interface MemberSource {
+  storageType: "Member";
+  /** e.g. "http://10.78.0.7:2379" */
+  endpoint: string;
+}
+
 export interface RestoreSource {
   storageType: "S3" | "OSS";
   /** "<bucket>/<key>" of the very object to restore. */
@@ -30,7 +37,7 @@ export interface RestoreSource {
 export interface RestoreSeedInput {
   /** The seed member's pod, as for any new member. */
   pod: V1Pod;
-  source: RestoreSource;
+  source: RestoreSource | MemberSource;
   operatorImage: string;
   etcdImage: string;
   memberName: string;
@@ -45,13 +52,22 @@ function env(values: Record<string, string | undefined>): V1EnvVar[] {
     .map(([name, value]) => ({ name, value }));
 }
 
-export function restoreSeedPod(input: RestoreSeedInput): V1Pod {
-  const { source } = input;
+function fetchContainer(source: RestoreSource | MemberSource, operatorImage: string): V1Container {
   const dataMount = { name: "etcd-data", mountPath: "/var/etcd" };
-  const fetch: V1Container = {
+  const command = ["node", "/app/infra/restore-init.ts", "fetch"];
+  if (source.storageType === "Member") {
+    return {
+      name: "fetch-snapshot",
+      image: operatorImage,
+      command,
+      env: env({ STORAGE_TYPE: "Member", MEMBER_ENDPOINT: source.endpoint }),
+      volumeMounts: [dataMount],
+    };
+  }
+  return {
     name: "fetch-backup",
-    image: input.operatorImage,
-    command: ["node", "/app/infra/restore-init.ts", "fetch"],
+    image: operatorImage,
+    command,
     env: env({
       STORAGE_TYPE: source.storageType,
       BACKUP_PATH: source.path,
@@ -65,6 +81,11 @@ export function restoreSeedPod(input: RestoreSeedInput): V1Pod {
     }),
     volumeMounts: [dataMount, { name: SECRET_VOLUME, mountPath: SECRET_DIR, readOnly: true }],
   };
+}
+
+export function restoreSeedPod(input: RestoreSeedInput): V1Pod {
+  const { source } = input;
+  const dataMount = { name: "etcd-data", mountPath: "/var/etcd" };
   const restore: V1Container = {
     name: "restore-snapshot",
     image: input.etcdImage,
@@ -89,12 +110,16 @@ export function restoreSeedPod(input: RestoreSeedInput): V1Pod {
     volumeMounts: [dataMount],
   };
   const spec = input.pod.spec ?? { containers: [] };
+  const secretVolumes =
+    source.storageType === "Member"
+      ? []
+      : [{ name: SECRET_VOLUME, secret: { secretName: source.secretName } }];
   return {
     ...input.pod,
     spec: {
       ...spec,
-      initContainers: [fetch, restore, install],
-      volumes: [...(spec.volumes ?? []), { name: SECRET_VOLUME, secret: { secretName: source.secretName } }],
+      initContainers: [fetchContainer(source, input.operatorImage), restore, install],
+      volumes: [...(spec.volumes ?? []), ...secretVolumes],
     },
   };
 }
