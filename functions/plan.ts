@@ -59,6 +59,19 @@ export interface Observation {
   clusterVersion?: string;
   /** A voter whose pod stays not Ready this long is replaced (crash loop, lost data dir, …). */
   unhealthyGraceMs?: number;
+  /** A quorum-loss recovery under way (the cluster's recovery annotation). */
+  recovery?: RecoveryMark;
+}
+
+/** What a quorum-loss recovery records on the EtcdCluster while it runs. */
+export interface RecoveryMark {
+  /** The surviving member pod whose data the cluster is rebuilt from. */
+  survivor: string;
+  /** The new member started from the survivor's snapshot. */
+  seed: string;
+  /** The survivor's raft applied index when the recovery began. */
+  appliedIndex: string;
+  startedAtMs: number;
 }
 
 export type Step =
@@ -74,6 +87,10 @@ export type Step =
   | { kind: "version-refused"; message: string }
   | { kind: "wait"; reason: string; message: string; afterMs: number }
   | { kind: "all-members-lost" }
+  | { kind: "recover-from-member"; survivor: string; appliedIndex: string; lost: number; voters: number }
+  | { kind: "create-recovery-seed"; seed: string; survivorIp: string }
+  | { kind: "finish-recovery"; seed: string; survivor: string }
+  | { kind: "abort-recovery"; message: string }
   | { kind: "quorum-lost"; message: string }
   | { kind: "steady" };
 
@@ -81,6 +98,8 @@ export type Step =
 export const STARTUP_GRACE_MS = 60_000;
 /** Default for Observation.unhealthyGraceMs. */
 export const DEFAULT_UNHEALTHY_GRACE_MS = 60_000;
+/** A recovery seed that does not serve within this time is given up. */
+export const RECOVERY_TIMEOUT_MS = 10 * 60_000;
 
 export function majority(voters: number): number {
   return Math.floor(voters / 2) + 1;
@@ -102,9 +121,67 @@ function leaderId(observation: Observation): string | undefined {
   return undefined;
 }
 
+/**
+ * A quorum-loss recovery in progress: nothing else happens until the seed (started from the
+ * survivor's snapshot) serves; then every other pod goes and the ordinary rules grow the cluster.
+ */
+function planRecovery(o: Observation, mark: RecoveryMark): Step {
+  const seed = o.pods.find((p) => p.name === mark.seed);
+  if (!seed) {
+    const survivor = o.pods.find((p) => p.name === mark.survivor && !p.terminating);
+    if (!survivor?.ip)
+      return {
+        kind: "abort-recovery",
+        message: `the surviving member ${mark.survivor} is gone before its data was copied`,
+      };
+    return { kind: "create-recovery-seed", seed: mark.seed, survivorIp: survivor.ip };
+  }
+  if (seed.terminating)
+    return { kind: "abort-recovery", message: `the recovery seed ${mark.seed} was deleted` };
+  if (seed.ready && isHealthy(o, seed.name))
+    return { kind: "finish-recovery", seed: mark.seed, survivor: mark.survivor };
+  if (o.nowMs - mark.startedAtMs > RECOVERY_TIMEOUT_MS) {
+    return {
+      kind: "abort-recovery",
+      message: `the recovery seed ${mark.seed} did not serve within ${RECOVERY_TIMEOUT_MS / 60_000} minutes`,
+    };
+  }
+  return wait("RecoveringQuorum", `seed member ${mark.seed} is starting from ${mark.survivor}'s data`, 1000);
+}
+
+/**
+ * When a majority of the voters' pods are gone for good (their data went with them), quorum can
+ * never return by itself: rebuild from the answering survivor that applied the most.
+ */
+function recoveryFromSurvivor(o: Observation, voters: MemberInfo[]): Step | undefined {
+  const livePods = new Set(o.pods.filter((p) => !p.terminating).map((p) => p.name));
+  const lost = voters.filter((m) => {
+    const pod = memberPodName(m);
+    return !pod || !livePods.has(pod);
+  });
+  if (voters.length - lost.length >= majority(voters.length)) return undefined;
+  let best: { pod: string; applied: bigint } | undefined;
+  for (const voter of voters) {
+    const pod = memberPodName(voter);
+    const status = pod ? o.health.get(pod) : undefined;
+    if (!pod || !livePods.has(pod) || !status?.ok || !status.raftAppliedIndex) continue;
+    const applied = BigInt(status.raftAppliedIndex);
+    if (!best || applied > best.applied) best = { pod, applied };
+  }
+  if (!best) return undefined;
+  return {
+    kind: "recover-from-member",
+    survivor: best.pod,
+    appliedIndex: best.applied.toString(),
+    lost: lost.length,
+    voters: voters.length,
+  };
+}
+
 export function planNextStep(o: Observation): Step {
   if (!o.services.peer || !o.services.client || o.services.budget === false)
     return { kind: "ensure-services" };
+  if (o.recovery) return planRecovery(o, o.recovery);
 
   const live = o.pods.filter((p) => !p.terminating);
   const liveByName = new Map(live.map((p) => [p.name, p]));
@@ -149,10 +226,12 @@ export function planNextStep(o: Observation): Step {
     if (healthyVoters.length >= majority(remainingVoters) || member.isLearner) {
       return { kind: "remove-member", name: pod ?? member.id, memberId: member.id, reason: "dead" };
     }
-    return {
-      kind: "quorum-lost",
-      message: `member ${pod ?? member.id} is gone and only ${healthyVoters.length} of ${voters.length} voting members are healthy`,
-    };
+    return (
+      recoveryFromSurvivor(o, voters) ?? {
+        kind: "quorum-lost",
+        message: `member ${pod ?? member.id} is gone and only ${healthyVoters.length} of ${voters.length} voting members are healthy`,
+      }
+    );
   }
 
   // 6. Pods that are no member.

@@ -6,6 +6,7 @@ import {
   type EtcdCluster,
   type EtcdClusterStatus,
   type NormalizedSpec,
+  RECOVERY_ANNOTATION,
   RESTORE_ANNOTATION,
 } from "../shared/api/etcd-cluster.ts";
 import { validateEtcdClusterSpec } from "../shared/api/validate-etcd-cluster.ts";
@@ -22,6 +23,13 @@ import { addMember, createMemberPod } from "./add-member.ts";
 import { ensureServices } from "./ensure-services.ts";
 import { majority, memberPodName, type Observation, type PodView, planNextStep, type Step } from "./plan.ts";
 import { promoteMember } from "./promote-member.ts";
+import {
+  abortRecovery,
+  createRecoverySeed,
+  finishRecovery,
+  parseRecoveryMark,
+  startRecovery,
+} from "./recover-quorum.ts";
 import { deleteMemberPod, removeMember } from "./remove-member.ts";
 import { seed } from "./seed.ts";
 import type { StepDeps, StepInput, StepOutcome } from "./step.ts";
@@ -120,6 +128,7 @@ export async function observe(
     members,
     health,
     hadMembers: (previous?.ready?.length ?? 0) + (previous?.unready?.length ?? 0) > 0,
+    recovery: parseRecoveryMark(cluster.metadata?.annotations?.[RECOVERY_ANNOTATION]),
   };
 }
 
@@ -159,6 +168,14 @@ async function runStep(step: Step, input: StepInput, deps: StepDeps): Promise<St
             "every member pod is gone and no member holds data; restore from a backup (EtcdRestore) or delete and re-create the cluster",
         },
       };
+    case "recover-from-member":
+      return startRecovery(input, deps, step.survivor, step.appliedIndex, step.lost, step.voters);
+    case "create-recovery-seed":
+      return createRecoverySeed(input, deps, step.seed, step.survivorIp);
+    case "finish-recovery":
+      return finishRecovery(input, deps, step.seed, step.survivor);
+    case "abort-recovery":
+      return abortRecovery(input, deps, step.message);
     case "upgrade-member":
       return upgradeMember(input, deps, step.name, step.from, step.to);
     case "move-leader":
@@ -181,6 +198,10 @@ const PROGRESS_REASON: Record<Step["kind"], string> = {
   wait: "Waiting",
   "quorum-lost": "QuorumLost",
   "all-members-lost": "AllMembersLost",
+  "recover-from-member": "RecoveringQuorum",
+  "create-recovery-seed": "RecoveringQuorum",
+  "finish-recovery": "QuorumRecovered",
+  "abort-recovery": "QuorumRecoveryFailed",
   "upgrade-member": "UpgradingMember",
   "move-leader": "MovingLeader",
   "version-refused": "VersionRefused",
@@ -216,7 +237,9 @@ export function clusterStatus(
   const versions = [...o.health.values()].flatMap((s) => (s.ok && s.version ? [s.version] : [])).sort();
   const available = voters.length > 0 && healthyVoters >= majority(voters.length);
   const failed = step.kind === "all-members-lost";
-  const degraded = failed || step.kind === "quorum-lost" || step.kind === "version-refused";
+  const recovering =
+    o.recovery !== undefined || step.kind === "recover-from-member" || step.kind === "abort-recovery";
+  const degraded = failed || recovering || step.kind === "quorum-lost" || step.kind === "version-refused";
 
   let conditions = previous.conditions;
   conditions = setCondition(

@@ -19,6 +19,8 @@ export interface StepDeps {
   guard(): Promise<void>;
   /** How long a voter may stay unhealthy before it is replaced (default 60 s). */
   unhealthyGraceMs?: number;
+  /** The operator's image, for the init containers of a recovery seed. */
+  operatorImage: string;
 }
 
 export interface StepInput {

@@ -93,6 +93,7 @@ export function createProcessor(deps: WorkerDeps) {
           etcd: { timeoutMs: deps.config.etcdTimeoutMs },
           guard: () => lease.guard(),
           unhealthyGraceMs: deps.config.memberUnhealthyGraceMs,
+          operatorImage: deps.config.operatorImage,
         },
       );
       if (result.kind === "invalid") {

@@ -323,3 +323,85 @@ t.test("a voter unhealthy past the grace period is replaced, only when quorum al
     "with 1 of 3 healthy, removing a member would not restore quorum",
   );
 });
+
+t.test("quorum lost for good: rebuilt from the survivor that applied the most", async (t) => {
+  const status = (name: string, applied: string): [string, EndpointStatus] => [
+    name,
+    { endpoint: `http://${name}:2379`, ok: true, leaderId: "0", raftAppliedIndex: applied },
+  ];
+  const three = [member("a", "1"), member("b", "2"), member("c", "3")];
+  t.same(
+    planNextStep(
+      observation({ size: 3, pods: [pod("a")], members: three, health: new Map([status("a", "42")]) }),
+    ),
+    { kind: "recover-from-member", survivor: "a", appliedIndex: "42", lost: 2, voters: 3 },
+  );
+  const five = ["a", "b", "c", "d", "e"].map((n, i) => member(n, String(i + 1)));
+  const step = planNextStep(
+    observation({
+      size: 5,
+      pods: [pod("a"), pod("b")],
+      members: five,
+      health: new Map([status("a", "100"), status("b", "120")]),
+    }),
+  );
+  t.match(step, { kind: "recover-from-member", survivor: "b", appliedIndex: "120", lost: 3, voters: 5 });
+  // One of three gone: quorum holds, the member is simply replaced.
+  t.match(
+    planNextStep(
+      observation({
+        size: 3,
+        pods: [pod("a"), pod("b")],
+        members: three,
+        health: new Map([status("a", "9"), status("b", "9")]),
+      }),
+    ),
+    { kind: "remove-member", name: "c" },
+  );
+  // Pods that exist but do not answer could come back: no rebuild from a survivor.
+  const stillThere = planNextStep(
+    observation({
+      size: 3,
+      pods: [pod("a"), pod("b", { ready: false }), pod("c", { ready: false })],
+      members: three,
+      health: new Map([status("a", "9"), down("b"), down("c")]),
+    }),
+  );
+  t.not(stillThere.kind, "recover-from-member", `pods still there: ${stillThere.kind}`);
+});
+
+t.test("a recovery in progress: seed, wait, finish, or give up", async (t) => {
+  const mark = { survivor: "a", seed: "s", appliedIndex: "42", startedAtMs: NOW - 1000 };
+  const members = [member("a", "1"), member("b", "2"), member("c", "3")];
+  const base = { size: 3, members, recovery: mark };
+  t.same(planNextStep(observation({ ...base, pods: [pod("a")], health: new Map([ok("a")]) })), {
+    kind: "create-recovery-seed",
+    seed: "s",
+    survivorIp: pod("a").ip,
+  });
+  t.match(
+    planNextStep(
+      observation({ ...base, pods: [pod("a"), pod("s", { ready: false })], health: new Map([ok("a")]) }),
+    ),
+    { kind: "wait", reason: "RecoveringQuorum" },
+  );
+  t.same(
+    planNextStep(observation({ ...base, pods: [pod("a"), pod("s")], health: new Map([ok("a"), ok("s")]) })),
+    { kind: "finish-recovery", seed: "s", survivor: "a" },
+  );
+  t.match(planNextStep(observation({ ...base, pods: [], health: new Map() })), {
+    kind: "abort-recovery",
+    message: /gone before its data was copied/,
+  });
+  t.match(
+    planNextStep(
+      observation({
+        ...base,
+        recovery: { ...mark, startedAtMs: NOW - 11 * 60_000 },
+        pods: [pod("a"), pod("s", { ready: false })],
+        health: new Map([ok("a")]),
+      }),
+    ),
+    { kind: "abort-recovery", message: /did not serve within/ },
+  );
+});

@@ -39,6 +39,8 @@ export const SCOPE_CLUSTERWIDE = "clusterwide";
  * reconcile keeps off the cluster until the restore lifts it.
  */
 export const RESTORE_ANNOTATION = `${GROUP}/restore-in-progress`;
+/** Set while the cluster is rebuilt from a surviving member after losing quorum (JSON, see functions/plan.ts RecoveryMark). */
+export const RECOVERY_ANNOTATION = `${GROUP}/quorum-recovery`;
 
 export const DEFAULT_REPOSITORY = "quay.io/coreos/etcd";
 /** coreos's default init-container image; the init container waits for the member's DNS name. */
