@@ -61,6 +61,11 @@ export interface Observation {
   unhealthyGraceMs?: number;
   /** A quorum-loss recovery under way (the cluster's recovery annotation). */
   recovery?: RecoveryMark;
+  /**
+   * When no member can answer through a leader (quorum lost), the member list as the answering
+   * members themselves last knew it; only for deciding a quorum-loss recovery.
+   */
+  localMembers?: MemberInfo[];
 }
 
 /** What a quorum-loss recovery records on the EtcdCluster while it runs. */
@@ -196,6 +201,11 @@ export function planNextStep(o: Observation): Step {
     const planned = o.hadMembers ? [] : (live.find((p) => p.bootstrap)?.bootstrap ?? []);
     const missing = planned.filter((name) => !o.pods.some((p) => p.name === name));
     if (missing.length > 0) return { kind: "seed", names: planned };
+    // A formed cluster whose quorum is gone for good (most voters' pods deleted) is rebuilt.
+    const localVoters = (o.localMembers ?? []).filter((m) => !m.isLearner);
+    const recovery =
+      o.hadMembers && localVoters.length > 0 ? recoveryFromSurvivor(o, localVoters) : undefined;
+    if (recovery) return recovery;
     const youngest = Math.max(...live.map((p) => p.createdAtMs));
     if (o.nowMs - youngest < STARTUP_GRACE_MS) {
       return wait("MembersStarting", `waiting for etcd to answer on ${live.length} member pod(s)`, 1000);

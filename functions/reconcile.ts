@@ -110,6 +110,13 @@ export async function observe(
     }
   }
   const previous = cluster.status?.members;
+  const hadMembers = (previous?.ready?.length ?? 0) + (previous?.unready?.length ?? 0) > 0;
+  // Without a leader the list can only be read from each member's own copy; the planner uses it
+  // only to decide whether quorum is lost for good.
+  const localMembers =
+    members === undefined && hadMembers && answering.length > 0
+      ? await listMembers(answering, { ...deps.etcd, serializable: true }).catch(() => undefined)
+      : undefined;
   const clusterVersion = answering[0]
     ? await fetchClusterVersion(answering[0], deps.etcd.timeoutMs ?? 3000)
     : undefined;
@@ -127,7 +134,8 @@ export async function observe(
     },
     members,
     health,
-    hadMembers: (previous?.ready?.length ?? 0) + (previous?.unready?.length ?? 0) > 0,
+    hadMembers,
+    localMembers,
     recovery: parseRecoveryMark(cluster.metadata?.annotations?.[RECOVERY_ANNOTATION]),
   };
 }
