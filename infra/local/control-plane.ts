@@ -515,22 +515,26 @@ export async function startLocalCluster(options: LocalClusterOptions = {}): Prom
     log("stopped");
   };
 
+  let s3Starting: Promise<ObjectStore> | undefined;
   try {
     const pki = await createPki(layout);
     await ensureBridge(layout.network);
-    // On the bridge gateway, so pods reach it from their network namespaces as the host does.
-    const s3 = options.objectStore
-      ? await timed(log, "object store (SeaweedFS S3)", () =>
-          startObjectStore({
-            dir: objectStoreDir(layout),
-            host: layout.network.gateway,
-            weed: assets.seaweedfs.weed,
-            logFile: logFile(layout, "object-store"),
-            pidFile: pidFile(layout, "object-store"),
-            log,
-          }),
-        )
-      : undefined;
+    // On the bridge gateway, so pods reach it from their network namespaces as the host does. Its start
+    // is mostly SeaweedFS's own safety delays (~10 s), so it runs while the rest of the cluster starts.
+    if (options.objectStore) {
+      s3Starting = timed(log, "object store (SeaweedFS S3)", () =>
+        startObjectStore({
+          dir: objectStoreDir(layout),
+          host: layout.network.gateway,
+          weed: assets.seaweedfs.weed,
+          logFile: logFile(layout, "object-store"),
+          pidFile: pidFile(layout, "object-store"),
+          log,
+        }),
+      );
+      // Awaited below; until then a failure must not count as an unhandled rejection.
+      s3Starting.catch(() => {});
+    }
     const etcd = await timed(log, "etcd (storage)", () => startStorageEtcd(layout, assets));
     const apiserver = await timed(log, "kube-apiserver", () => startApiserver(layout, assets, pki, etcd.url));
     writeFileSync(layout.kubeconfigPath, kubeconfigYaml(apiserver.url, pki, name), { mode: 0o600 });
@@ -553,6 +557,7 @@ export async function startLocalCluster(options: LocalClusterOptions = {}): Prom
     if (options.kubelet ?? true) {
       await timed(log, "process kubelet", () => startKubelet(layout, assets, pki, apiserver.url));
     }
+    const s3 = await s3Starting;
     const state: LocalClusterState = {
       name,
       kubeconfigPath: layout.kubeconfigPath,
@@ -593,6 +598,12 @@ export async function startLocalCluster(options: LocalClusterOptions = {}): Prom
     const reason = error instanceof Error ? error.message : String(error);
     log(`start failed: ${reason}`);
     await stop().catch(() => {});
+    // A store still starting either fails now that its process is stopped, or was spawned after the
+    // cleanup: wait for it to settle and stop what it started.
+    await s3Starting?.then(
+      (store) => store.stop(),
+      () => {},
+    );
     throw new Error(`local cluster "${name}" did not start`, { cause: error });
   }
 }

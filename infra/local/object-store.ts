@@ -72,7 +72,8 @@ export async function startObjectStore(options: ObjectStoreOptions): Promise<Obj
   const { dir, host } = options;
   const logFile = options.logFile ?? join(dir, "weed.log");
   const pidFile = options.pidFile ?? join(dir, "weed.pid");
-  for (const sub of ["data", "master", "filer"]) mkdirSync(join(dir, sub), { recursive: true });
+  // Volumes go to data/; the master's raft state and the filer's metadata store to master/.
+  for (const sub of ["data", "master"]) mkdirSync(join(dir, sub), { recursive: true });
 
   const credentials = generateCredentials();
   const configPath = join(dir, CREDENTIALS_FILE);
@@ -221,7 +222,8 @@ function weedServerArgs({ dir, host, ports, configPath }: WeedArgs): string[] {
  */
 async function waitUntilServing(store: ObjectStore, record: PidRecord, logFile: string): Promise<void> {
   const wait = { timeoutMs: READY_TIMEOUT_MS, intervalMs: 200, alive: () => isOurProcess(record), logFile };
-  await waitUntil(async () => (await fetch(`${store.endpoint}/healthz`)).ok, {
+  const healthz = `${store.endpoint}/healthz`;
+  await waitUntil(async () => (await fetch(healthz, { signal: AbortSignal.timeout(2_000) })).ok, {
     what: `object store S3 gateway at ${store.endpoint}`,
     ...wait,
   });
