@@ -1,6 +1,7 @@
-// Builds the local control plane's binaries (kube-apiserver, kube-controller-manager, kubectl and
-// etcd/etcdctl/etcdutl for every supported etcd minor) from their Go modules, so the project needs no
-// release tarballs from the internet: only the Go module proxy.
+// Builds the local control plane's binaries (kube-apiserver, kube-controller-manager, kubectl,
+// etcd/etcdctl/etcdutl for every supported etcd minor, and SeaweedFS's `weed` for the S3 store that
+// backups go to) from their Go modules, so the project needs no release tarballs from the internet:
+// only the Go module proxy.
 //
 // Everything lives in a cache outside git, keyed by version: changing a pinned version below builds the
 // new set beside the old one. A set counts as built only once its stamp file exists, and it is built in a
@@ -17,6 +18,15 @@ import { join } from "node:path";
 /** The Kubernetes release whose kube-apiserver, kube-controller-manager and kubectl we run. */
 export const KUBERNETES_VERSION = "1.34.4";
 
+/**
+ * SeaweedFS, whose `weed server -s3` is the real S3-compatible store of the local tests (Apache-2.0;
+ * MinIO, the other candidate, is AGPL). Its releases are not tagged as Go module versions, so the
+ * module is pinned to the pseudo-version of a commit the module proxy serves; the label is the
+ * version that commit's weed/util/version reports.
+ */
+export const SEAWEEDFS_VERSION = "4.53";
+export const SEAWEEDFS_MODULE_VERSION = "v0.0.0-20261109003541-7506e5f91cd6";
+
 import { ETCD_VERSIONS } from "../../shared/etcd-versions.ts";
 
 export { ETCD_VERSIONS };
@@ -31,15 +41,24 @@ export interface EtcdBuild {
   etcdutl: string;
 }
 
+export interface SeaweedfsBuild {
+  /** "4.53" */
+  version: string;
+  /** The commit the module pseudo-version names (12 hex digits), also stamped into `weed version`. */
+  commit: string;
+  weed: string;
+}
+
 export interface Assets {
   kubernetesVersion: string;
   kubeApiserver: string;
   kubeControllerManager: string;
   kubectl: string;
   etcd: EtcdBuild[];
+  seaweedfs: SeaweedfsBuild;
 }
 
-export type AssetKind = "kubernetes" | "etcd";
+export type AssetKind = "kubernetes" | "etcd" | "seaweedfs";
 
 export interface EnsureOptions {
   /** Progress lines; default writes them to stderr. */
@@ -94,6 +113,20 @@ function etcdName(version: string): string {
   return `etcd-v${version}`;
 }
 
+/** The commit a pseudo-version v0.0.0-<time>-<commit> names. */
+function seaweedfsCommit(): string {
+  const commit = SEAWEEDFS_MODULE_VERSION.split("-").at(-1);
+  if (commit === undefined || !/^[0-9a-f]{12}$/.test(commit)) {
+    throw new Error(`SEAWEEDFS_MODULE_VERSION ${SEAWEEDFS_MODULE_VERSION} is not a pseudo-version`);
+  }
+  return commit;
+}
+
+/** Keyed by commit as well, so re-pinning the module to another commit builds beside the old one. */
+function seaweedfsName(): string {
+  return `seaweedfs-v${SEAWEEDFS_VERSION}-${seaweedfsCommit()}`;
+}
+
 function minorOf(version: string): string {
   return version.split(".").slice(0, 2).join(".");
 }
@@ -115,7 +148,14 @@ function targets(): Target[] {
       build: (ctx) => buildEtcd(ctx, version),
     }),
   );
-  return [kubernetes, ...etcds];
+  const seaweedfs: Target = {
+    kind: "seaweedfs",
+    name: seaweedfsName(),
+    label: `seaweedfs v${SEAWEEDFS_VERSION}`,
+    binaries: ["weed"],
+    build: buildSeaweedfs,
+  };
+  return [kubernetes, ...etcds, seaweedfs];
 }
 
 function layout(): Assets {
@@ -136,6 +176,11 @@ function layout(): Assets {
         etcdutl: join(dir, "etcdutl"),
       };
     }),
+    seaweedfs: {
+      version: SEAWEEDFS_VERSION,
+      commit: seaweedfsCommit(),
+      weed: join(binDir(seaweedfsName()), "weed"),
+    },
   };
 }
 
@@ -394,6 +439,69 @@ func main() {
 	etcdmain.Main(os.Args)
 }
 `;
+
+// ---------------------------------------------------------------------------------------------------------
+// SeaweedFS: a wrapper module requiring github.com/seaweedfs/seaweedfs at the pinned commit, building its
+// one binary, weed (the main package github.com/seaweedfs/seaweedfs/weed), the way its release workflow
+// does: -s -w and the commit in weed/util/version.COMMIT. A dependency's replace directives do not apply
+// to the module that requires it, so the wrapper repeats SeaweedFS's own (it swaps a module that was
+// deleted from GitHub for a maintained fork).
+
+const SEAWEEDFS_MODULE = "github.com/seaweedfs/seaweedfs";
+
+async function buildSeaweedfs(ctx: BuildContext): Promise<void> {
+  const module = `${SEAWEEDFS_MODULE}@${SEAWEEDFS_MODULE_VERSION}`;
+  const info = await downloadModule(ctx, module);
+  const upstreamGoMod = await readFile(info.goMod, "utf8");
+  const goLine = upstreamGoMod.split("\n").find((line) => /^go \d/.test(line)) ?? "go 1.24.0";
+  const replaces = versionedReplaces(upstreamGoMod);
+  await writeFile(
+    join(ctx.moduleDir, "go.mod"),
+    [
+      `module eop.local/${seaweedfsName()}`,
+      "",
+      goLine,
+      "",
+      `require ${SEAWEEDFS_MODULE} ${SEAWEEDFS_MODULE_VERSION}`,
+      "",
+      ...(replaces.length > 0 ? ["replace (", ...replaces.map((r) => `\t${r}`), ")", ""] : []),
+    ].join("\n"),
+  );
+  const main = `${SEAWEEDFS_MODULE}/weed`;
+  await writeFile(join(ctx.moduleDir, "tools.go"), toolsGo([main]));
+  await runGo(ctx, "resolving modules (go mod tidy)", ["mod", "tidy"]);
+  const commit = seaweedfsCommit();
+  await runGo(ctx, "building weed", [
+    ...["build", "-trimpath", "-buildvcs=false", "-ldflags"],
+    `-s -w -X ${SEAWEEDFS_MODULE}/weed/util/version.COMMIT=${commit}`,
+    ...["-o", `${ctx.outDir}/`, main],
+  ]);
+  await verifyVersion(ctx, join(ctx.outDir, "weed"), ["version"], `${SEAWEEDFS_VERSION} ${commit}`);
+}
+
+/**
+ * The `replace` directives of a go.mod that point at published module versions (single-line and block
+ * form), as "old => new version" lines; replacements by local paths only work in their own repository.
+ */
+function versionedReplaces(goMod: string): string[] {
+  const lines = goMod.split("\n").map((line) => line.replace(/\/\/.*$/, "").trim());
+  const found: string[] = [];
+  let inBlock = false;
+  for (const line of lines) {
+    if (inBlock && line === ")") {
+      inBlock = false;
+      continue;
+    }
+    if (line === "replace (") {
+      inBlock = true;
+      continue;
+    }
+    const body = inBlock ? line : line.startsWith("replace ") ? line.slice("replace ".length).trim() : "";
+    const match = /^(\S+(?: \S+)?) => (\S+) (v\S+)$/.exec(body);
+    if (match !== null && !/^[./]/.test(match[2] ?? ".")) found.push(body);
+  }
+  return found;
+}
 
 /** A file that only exists so \`go mod tidy\` keeps the command packages' modules required. */
 function toolsGo(packages: string[]): string {

@@ -1,9 +1,17 @@
 // Command line for the local control plane:
-//   node infra/local/cli.ts up [--name N] [--foreground]   start (and with --foreground, stop on Ctrl-C)
+//   node infra/local/cli.ts up [--name N] [--foreground] [--object-store]
+//                                                         start (--foreground: stop on Ctrl-C;
+//                                                         --object-store: with the S3 store too)
 //   node infra/local/cli.ts down [--name N]                stop and clean up
 //   node infra/local/cli.ts status [--name N]              what runs, where the kubeconfig is
 import { parseArgs } from "node:util";
-import { cleanupInstance, daemonStatus, readState, startLocalCluster } from "./control-plane.ts";
+import {
+  cleanupInstance,
+  daemonStatus,
+  type LocalClusterState,
+  readState,
+  startLocalCluster,
+} from "./control-plane.ts";
 import { DEFAULT_INSTANCE } from "./layout.ts";
 
 const { positionals, values } = parseArgs({
@@ -11,20 +19,28 @@ const { positionals, values } = parseArgs({
   options: {
     name: { type: "string", default: DEFAULT_INSTANCE },
     foreground: { type: "boolean", default: false },
+    "object-store": { type: "boolean", default: false },
   },
 });
 const command = positionals[0] ?? "status";
 const name = values.name;
 const log = (line: string) => process.stderr.write(`[local ${name}] ${line}\n`);
 
-function printUsage(kubeconfigPath: string): void {
+function printUsage(cluster: LocalClusterState): void {
+  const store = cluster.objectStore;
   process.stdout.write(
     [
       "",
       "Local control plane is up.",
-      `  export KUBECONFIG=${kubeconfigPath}`,
+      `  export KUBECONFIG=${cluster.kubeconfigPath}`,
       "  kubectl get nodes",
       "  kubectl get pods -A -o wide",
+      ...(store
+        ? [
+            `S3 object store: ${store.endpoint} (region ${store.region}, path-style, access key ${store.accessKeyId};`,
+            `  the secret key is in ${store.credentialsFile})`,
+          ]
+        : []),
       "",
     ].join("\n"),
   );
@@ -32,8 +48,8 @@ function printUsage(kubeconfigPath: string): void {
 
 switch (command) {
   case "up": {
-    const cluster = await startLocalCluster({ name, log });
-    printUsage(cluster.kubeconfigPath);
+    const cluster = await startLocalCluster({ name, log, objectStore: values["object-store"] });
+    printUsage(cluster);
     if (values.foreground) {
       log("running; press Ctrl-C to stop");
       let stopping = false;

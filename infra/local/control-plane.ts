@@ -26,6 +26,13 @@ import {
 } from "./daemons.ts";
 import { deleteBridge, deletePodNetwork, ensureBridge, listNetns } from "./kubelet/sandbox.ts";
 import { DEFAULT_INSTANCE, type InstanceLayout, instanceLayout } from "./layout.ts";
+import {
+  CREDENTIALS_FILE,
+  OBJECT_STORE_STOP_GRACE_MS,
+  type ObjectStore,
+  removeLeftoverSockets,
+  startObjectStore,
+} from "./object-store.ts";
 import { startRedis } from "./redis.ts";
 
 export const NODE_NAME = "local-node";
@@ -38,6 +45,11 @@ export interface LocalClusterOptions {
   redis?: boolean;
   /** Start the process kubelet. Default true. */
   kubelet?: boolean;
+  /**
+   * Start a real S3-compatible object store (SeaweedFS) on the bridge gateway, reachable from the host
+   * and from pods. Default false: it adds a few seconds to the start.
+   */
+  objectStore?: boolean;
   log?: (line: string) => void;
 }
 
@@ -46,6 +58,8 @@ export interface LocalClusterState {
   kubeconfigPath: string;
   apiserverUrl: string;
   redisUrl?: string;
+  /** Where the object store listens; its secret key is in `credentialsFile` (0600), never in here. */
+  objectStore?: { endpoint: string; region: string; accessKeyId: string; credentialsFile: string };
   nodeName: string;
   dir: string;
   network: InstanceLayout["network"];
@@ -55,6 +69,8 @@ export interface LocalClusterState {
 }
 
 export interface LocalCluster extends LocalClusterState {
+  /** The object store with its credentials, when started with `objectStore: true`. */
+  s3?: ObjectStore;
   /** Stops every process, removes namespaces, mounts, the bridge and the instance's files. */
   stop(): Promise<void>;
   /** Stops kube-apiserver, keeps it down for `downMs`, and starts it again on the same port. */
@@ -63,7 +79,14 @@ export interface LocalCluster extends LocalClusterState {
   restartRedis(downMs?: number): Promise<void>;
 }
 
-const DAEMONS = ["kubelet", "kube-controller-manager", "kube-apiserver", "redis", "etcd"] as const;
+const DAEMONS = [
+  "kubelet",
+  "kube-controller-manager",
+  "kube-apiserver",
+  "object-store",
+  "redis",
+  "etcd",
+] as const;
 
 function pidFile(layout: InstanceLayout, name: string): string {
   return join(layout.dir, `${name}.pid`);
@@ -71,6 +94,10 @@ function pidFile(layout: InstanceLayout, name: string): string {
 
 function logFile(layout: InstanceLayout, name: string): string {
   return join(layout.logDir, `${name}.log`);
+}
+
+function objectStoreDir(layout: InstanceLayout): string {
+  return join(layout.dir, "object-store");
 }
 
 interface Pki {
@@ -197,7 +224,7 @@ export async function cleanupInstance(name: string, log: (line: string) => void 
       const record = readPidFile(pidFile(layout, daemon));
       if (record && isOurProcess(record)) {
         log(`stopping ${daemon} (pid ${record.pid})`);
-        await stopDaemon(record, daemon === "kubelet" ? 30_000 : 10_000);
+        await stopDaemon(record, stopGraceMs(daemon));
       }
     }
   }
@@ -206,10 +233,18 @@ export async function cleanupInstance(name: string, log: (line: string) => void 
     const suffix = netns.slice(layout.network.netnsPrefix.length);
     await deletePodNetwork(netns, `${layout.network.vethPrefix}${suffix}`);
   }
+  // The object store is stopped above; the sockets it keeps outside the instance's folder go too.
+  removeLeftoverSockets(objectStoreDir(layout));
   await deleteBridge(layout.network.bridge);
   // Pod containers were started detached; any that outlived the kubelet hold the pod netns,
   // which deletePodNetwork killed above. Mounts live in their own mount namespaces and die with them.
   rmSync(layout.dir, { recursive: true, force: true });
+}
+
+function stopGraceMs(daemon: (typeof DAEMONS)[number]): number {
+  if (daemon === "kubelet") return 30_000;
+  if (daemon === "object-store") return OBJECT_STORE_STOP_GRACE_MS;
+  return 10_000;
 }
 
 /** The live process that started this instance, if any. */
@@ -455,7 +490,11 @@ export async function startLocalCluster(options: LocalClusterOptions = {}): Prom
   const name = options.name ?? DEFAULT_INSTANCE;
   const log = options.log ?? ((line: string) => process.stderr.write(`[local ${name}] ${line}\n`));
   const layout = instanceLayout(name);
-  const assets = await ensureAssets({ log });
+  // SeaweedFS is only built for a cluster that runs the object store.
+  const assets = await ensureAssets({
+    log,
+    only: options.objectStore ? undefined : ["kubernetes", "etcd"],
+  });
 
   // Two live owners of one instance would tear down each other's cluster: refuse clearly.
   const owner = ownerOf(layout);
@@ -476,9 +515,26 @@ export async function startLocalCluster(options: LocalClusterOptions = {}): Prom
     log("stopped");
   };
 
+  let s3Starting: Promise<ObjectStore> | undefined;
   try {
     const pki = await createPki(layout);
     await ensureBridge(layout.network);
+    // On the bridge gateway, so pods reach it from their network namespaces as the host does. Its start
+    // is mostly SeaweedFS's own safety delays (~10 s), so it runs while the rest of the cluster starts.
+    if (options.objectStore) {
+      s3Starting = timed(log, "object store (SeaweedFS S3)", () =>
+        startObjectStore({
+          dir: objectStoreDir(layout),
+          host: layout.network.gateway,
+          weed: assets.seaweedfs.weed,
+          logFile: logFile(layout, "object-store"),
+          pidFile: pidFile(layout, "object-store"),
+          log,
+        }),
+      );
+      // Awaited below; until then a failure must not count as an unhandled rejection.
+      s3Starting.catch(() => {});
+    }
     const etcd = await timed(log, "etcd (storage)", () => startStorageEtcd(layout, assets));
     const apiserver = await timed(log, "kube-apiserver", () => startApiserver(layout, assets, pki, etcd.url));
     writeFileSync(layout.kubeconfigPath, kubeconfigYaml(apiserver.url, pki, name), { mode: 0o600 });
@@ -501,11 +557,18 @@ export async function startLocalCluster(options: LocalClusterOptions = {}): Prom
     if (options.kubelet ?? true) {
       await timed(log, "process kubelet", () => startKubelet(layout, assets, pki, apiserver.url));
     }
+    const s3 = await s3Starting;
     const state: LocalClusterState = {
       name,
       kubeconfigPath: layout.kubeconfigPath,
       apiserverUrl: apiserver.url,
       redisUrl,
+      objectStore: s3 && {
+        endpoint: s3.endpoint,
+        region: s3.region,
+        accessKeyId: s3.accessKeyId,
+        credentialsFile: join(objectStoreDir(layout), CREDENTIALS_FILE),
+      },
       nodeName: NODE_NAME,
       dir: layout.dir,
       network: layout.network,
@@ -529,12 +592,18 @@ export async function startLocalCluster(options: LocalClusterOptions = {}): Prom
       await startRedis({ ...redisOptions, port: redisPort });
       log("redis restarted");
     };
-    return { ...state, stop, restartApiserver, restartRedis };
+    return { ...state, s3, stop, restartApiserver, restartRedis };
   } catch (error) {
     // Leave the logs for the error message, but no processes or namespaces.
     const reason = error instanceof Error ? error.message : String(error);
     log(`start failed: ${reason}`);
     await stop().catch(() => {});
+    // A store still starting either fails now that its process is stopped, or was spawned after the
+    // cleanup: wait for it to settle and stop what it started.
+    await s3Starting?.then(
+      (store) => store.stop(),
+      () => {},
+    );
     throw new Error(`local cluster "${name}" did not start`, { cause: error });
   }
 }
