@@ -9,7 +9,7 @@ export interface ScopeConfig {
   clusterWide: boolean;
 }
 
-export function inScope(cluster: EtcdCluster, scope: ScopeConfig): boolean {
+export function inScope(cluster: Pick<EtcdCluster, "metadata">, scope: ScopeConfig): boolean {
   const clusterwide = cluster.metadata?.annotations?.[SCOPE_ANNOTATION] === SCOPE_CLUSTERWIDE;
   if (scope.clusterWide) return clusterwide;
   return cluster.metadata?.namespace === scope.namespace && !clusterwide;
