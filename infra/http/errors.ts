@@ -53,8 +53,10 @@ export function errorBody(statusCode: number, message: string, reason?: string):
   };
 }
 
-/** A value for an error message: quoted, and cut short so a huge input is not echoed back whole. */
+/** A value for an error message, cut short (saying how long it was) so a huge input is not echoed back whole. */
 function brief(value: unknown): string {
+  if (typeof value === "string" && value.length > 60)
+    return `${JSON.stringify(`${value.slice(0, 57)}...`)} (${value.length} characters)`;
   const text = typeof value === "string" ? JSON.stringify(value) : (JSON.stringify(value) ?? String(value));
   return text.length > 80 ? `${text.slice(0, 77)}...` : text;
 }

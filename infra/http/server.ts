@@ -30,6 +30,7 @@ import { type ServingTls, servingTls, watchCertificateFiles } from "./tls.ts";
 import { DEFAULT_WEBHOOK_CONFIGURATION, keepCaBundle } from "./webhook-configuration.ts";
 
 export const OPENAPI_PATH = "/openapi.json";
+const PROBE_PATHS = new Set(["/livez", "/readyz"]);
 
 /** The routes the server offers (the dashboard's own pages and assets aside); a test keeps this true. */
 export const HTTP_ROUTES: readonly { method: string; path: string; auth: "token" | "none" }[] = [
@@ -82,7 +83,7 @@ export async function buildServer(deps: HttpDeps, options: BuildOptions = {}): P
     loginPath: LOGIN_PATH,
     dashboardAccess: dashboardAccess(deps),
   });
-  // preValidation: after the rate limit (a route onRequest hook), before schema validation.
+  // preValidation: after the rate limit (onRequest), before schema validation.
   app.addHook("preValidation", auth.authenticate);
   const metrics = operatorMetrics();
   app.addHook("onSend", async (request, reply, payload) => {
@@ -120,10 +121,13 @@ export async function buildServer(deps: HttpDeps, options: BuildOptions = {}): P
       security: [{ bearer: [] }],
     },
   });
+  // One budget per client address across all routes, checked before anything else runs (an app-wide
+  // onRequest hook, so unknown paths and failed logins count too); probes are exempt.
   await app.register(rateLimit, {
-    global: true,
+    global: false,
     max: deps.config.httpRateLimitPerMinute,
     timeWindow: 60_000,
+    allowList: (request) => PROBE_PATHS.has(request.url),
     errorResponseBuilder: (_request, context) =>
       new HttpError(
         429,
@@ -131,8 +135,8 @@ export async function buildServer(deps: HttpDeps, options: BuildOptions = {}): P
         `too many requests: at most ${context.max} per minute from one address; try again in ${context.after}`,
       ),
   });
-  // Unknown paths count against the limit too, so scanning for routes is slowed like everything else.
-  app.setNotFoundHandler({ preHandler: app.rateLimit() }, (request, reply) => {
+  app.addHook("onRequest", app.rateLimit());
+  app.setNotFoundHandler((request, reply) => {
     const path = request.url.split("?")[0] ?? "";
     return reply.code(404).send(errorBody(404, `no route ${request.method} ${path.slice(0, 100)}`));
   });

@@ -30,7 +30,7 @@ async function within(what: string, work: Promise<unknown>): Promise<string> {
 
 export function healthRoutes(app: FastifyInstance, deps: HttpDeps): void {
   const version = deps.kc.makeApiClient(VersionApi);
-  const probe = { auth: "none" as const, rateLimit: false };
+  const probe = { auth: "none" as const };
 
   app.get(
     "/livez",
