@@ -538,8 +538,12 @@ t.test("metrics: members per cluster in scope, queue depth, requests; behind a t
   t.match(text, /^etcd_operator_cluster_ready_members\{namespace="default",cluster="alpha"\} 2$/m);
   t.match(text, /^etcd_operator_cluster_desired_members\{namespace="default",cluster="alpha"\} 3$/m);
   t.notMatch(text, /cluster="beta"/, "clusters outside the operator's scope are not reported");
-  // alpha (asked for over HTTP) and gamma (queued by the webhook test)
-  t.match(text, /^etcd_operator_queue_jobs\{queue="etcd-reconcile",state="wait"\} 2$/m);
+  t.match(text, /^etcd_operator_queue_jobs\{queue="etcd-reconcile",state="wait"\} 1$/m);
+  t.match(
+    text,
+    /^etcd_operator_queue_jobs\{queue="etcd-reconcile",state="delayed"\} 1$/m,
+    "gamma, from the webhook",
+  );
   t.match(text, /^etcd_operator_queue_jobs\{queue="etcd-backup",state="wait"\} 1$/m);
   t.match(text, /^etcd_operator_queue_oldest_new_job_wait_seconds\{queue="etcd-reconcile"\} \d/m);
   t.match(text, /^etcd_operator_scrape_source_up\{source="clusters"\} 1$/m);

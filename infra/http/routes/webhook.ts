@@ -25,6 +25,8 @@ export const WEBHOOK_PATHS = {
   [RESTORE_PLURAL]: "/validate/etcdrestores",
 } as const;
 
+export const ADMISSION_RECONCILE_DELAY_MS = 1_000;
+
 /** An AdmissionReview carries whole objects (an EtcdCluster and its old version): allow for big ones. */
 const REVIEW_BODY_LIMIT = 6 * 1024 * 1024;
 
@@ -123,7 +125,11 @@ async function review(resource: string, request: AdmissionRequest, deps: HttpDep
   return reviewEtcdRestore({ operation, object: request.object, oldObject: request.oldObject });
 }
 
-/** Accepted cluster changes are looked at now rather than when the watcher's event arrives. */
+/**
+ * Accepted cluster changes get a reconcile of their own, so they are acted on even while the watcher
+ * lags or is down. The API server stores the object only after every webhook allowed it, so the
+ * reconcile is delayed a little: run at once, it could read the cluster as it was before the change.
+ */
 async function enqueueAccepted(request: AdmissionRequest, deps: HttpDeps): Promise<void> {
   if (request.dryRun || request.subResource === "status") return;
   const metadata = recordAt(request.object, "metadata");
@@ -137,7 +143,10 @@ async function enqueueAccepted(request: AdmissionRequest, deps: HttpDeps): Promi
     if (typeof value === "string") stringAnnotations[key] = value;
   if (!inScope({ metadata: { name, namespace, annotations: stringAnnotations } }, deps.config)) return;
   try {
-    await requestReconcile(deps.reconcileQueue, deps.redis, namespace, name, { reason: "admission" });
+    await requestReconcile(deps.reconcileQueue, deps.redis, namespace, name, {
+      reason: "admission",
+      delayMs: ADMISSION_RECONCILE_DELAY_MS,
+    });
   } catch (error) {
     // The watcher enqueues it anyway when the change is stored: never fail an admission for this.
     deps.log.warn(
