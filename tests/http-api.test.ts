@@ -554,6 +554,41 @@ t.test("metrics: members per cluster in scope, queue depth, requests; behind a t
   t.match(text, /^process_cpu_seconds_total /m, "process metrics too");
 });
 
+t.test("the other roles' listener serves health and their own metrics only", async (t) => {
+  const probes = await testServer(cluster, kc, { mode: "probes" });
+  try {
+    t.equal((await call({ method: "GET", url: "/livez" }, probes.app)).status, 200);
+    t.equal((await call({ method: "GET", url: "/readyz" }, probes.app)).status, 200);
+    t.equal((await call({ method: "GET", url: "/metrics" }, probes.app)).status, 401, "still behind a token");
+    const metrics = await call(
+      { method: "GET", url: "/metrics", headers: bearer(permitted.token) },
+      probes.app,
+    );
+    t.equal(metrics.status, 200);
+    t.match(metrics.body, /^etcd_operator_http_requests_total\{/m);
+    t.notMatch(
+      metrics.body,
+      /etcd_operator_cluster_members/,
+      "the world's gauges come from the full server only",
+    );
+    t.equal(
+      (await call({ method: "GET", url: CLUSTER, headers: bearer(STATIC_TOKEN) }, probes.app)).status,
+      404,
+    );
+    t.equal(
+      (
+        await call(
+          { method: "POST", url: "/validate/etcdclusters", payload: {}, headers: bearer(STATIC_TOKEN) },
+          probes.app,
+        )
+      ).status,
+      404,
+    );
+  } finally {
+    await probes.close();
+  }
+});
+
 t.test("the OpenAPI description lists every API route with its schemas", async (t) => {
   t.equal((await call({ method: "GET", url: OPENAPI_PATH })).status, 401);
   const response = await call({ method: "GET", url: OPENAPI_PATH, headers: bearer(reader.token) });

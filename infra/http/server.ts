@@ -142,7 +142,7 @@ export async function buildServer(deps: HttpDeps, options: BuildOptions = {}): P
   });
 
   healthRoutes(app, deps);
-  metricsRoute(app, deps, auth);
+  metricsRoute(app, deps, auth, { world: full });
   if (full) {
     clusterRoutes(app, deps, auth);
     backupRoutes(app, deps, auth);

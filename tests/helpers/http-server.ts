@@ -28,7 +28,12 @@ export interface TestServer {
 export async function testServer(
   cluster: Pick<LocalCluster, "redisUrl">,
   kc: KubeConfig,
-  options: { env?: Record<string, string>; access?: AccessReviewer; redisUrl?: string } = {},
+  options: {
+    env?: Record<string, string>;
+    access?: AccessReviewer;
+    redisUrl?: string;
+    mode?: "full" | "probes";
+  } = {},
 ): Promise<TestServer> {
   const config = loadConfig({
     MY_POD_NAMESPACE: "default",
@@ -53,6 +58,7 @@ export async function testServer(
     redis,
     reconcileQueue,
     backupQueue,
+    mode: options.mode,
   });
   return {
     app,

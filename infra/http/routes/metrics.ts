@@ -9,16 +9,25 @@ import type { HttpDeps } from "../deps.ts";
 import { worldMetricsRegistry } from "../metrics-collectors.ts";
 import { withErrors } from "../schemas.ts";
 
-export function metricsRoute(app: FastifyInstance, deps: HttpDeps, auth: AuthHooks): void {
-  const registry = Registry.merge([
-    operatorMetrics().registry,
-    worldMetricsRegistry({
-      kube: deps.kube,
-      config: deps.config,
-      queues: [deps.reconcileQueue, deps.backupQueue],
-      log: deps.log,
-    }),
-  ]);
+export function metricsRoute(
+  app: FastifyInstance,
+  deps: HttpDeps,
+  auth: AuthHooks,
+  options: { world: boolean },
+): void {
+  // The world's gauges come from the full server only: served by every worker too, each series
+  // would be scraped once per process (and cost an API list each time).
+  const registry = options.world
+    ? Registry.merge([
+        operatorMetrics().registry,
+        worldMetricsRegistry({
+          kube: deps.kube,
+          config: deps.config,
+          queues: [deps.reconcileQueue, deps.backupQueue],
+          log: deps.log,
+        }),
+      ])
+    : operatorMetrics().registry;
   const open = !deps.config.metricsRequireAuth;
   app.get(
     "/metrics",
