@@ -318,7 +318,7 @@ export function planNextStep(o: Observation): Step {
  * member upgraded in place crashed ("unmarshal should never fail") in our tests. Refusing beats a
  * broken cluster; an upgrade by member replacement is the planned way through.
  */
-const IN_PLACE_BLOCKED: { from: string; to: string; message: string }[] = [
+export const IN_PLACE_BLOCKED: { from: string; to: string; message: string }[] = [
   {
     from: "3.6",
     to: "3.7",

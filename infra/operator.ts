@@ -1,6 +1,8 @@
-// The long-running entry point. One process runs watcher, worker and scheduler for small
-// installs (`--role all`, the default), or one role each for scale:
-//   node infra/operator.ts [--role all|watcher|worker|scheduler]
+// The long-running entry point. One process runs watcher, worker, scheduler and the HTTP server
+// for small installs (`--role all`, the default), or one role each for scale:
+//   node infra/operator.ts [--role all|watcher|worker|scheduler|http]
+// The HTTP server (infra/http) serves the API, admission webhook, health, metrics and dashboard on
+// HTTP_PORT; the watcher, worker and scheduler roles serve health and metrics on METRICS_PORT when set.
 // Configuration comes from the environment (shared/config.ts); the kubeconfig from KUBECONFIG or
 // the in-cluster service account. SIGTERM/SIGINT close everything gracefully: the worker
 // finishes its current step, the watcher stops its watches, Redis connections close.
@@ -15,15 +17,19 @@ import { BACKUP_QUEUE, RECONCILE_QUEUE } from "../shared/queue.ts";
 import { startBackupWatcher } from "./backup-watcher.ts";
 import { startBackupWorker } from "./backup-worker.ts";
 import { installCrds } from "./crds.ts";
+import { type RunningHttp, startHttp } from "./http/server.ts";
 import { guardSchedules } from "./scheduler.ts";
 import { startWatcher, type Watcher } from "./watcher.ts";
 import { resyncAll, startWorker } from "./worker.ts";
 
-export type Role = "all" | "watcher" | "worker" | "scheduler";
+export type Role = "all" | "watcher" | "worker" | "scheduler" | "http";
+const ROLES: readonly Role[] = ["all", "watcher", "worker", "scheduler", "http"];
 
 export interface RunningOperator {
   /** Resolves once the watcher has enqueued every existing cluster (immediately without a watcher). */
   ready: Promise<void>;
+  /** Where the HTTP server (or the metrics listener) answers, when this process runs one. */
+  httpUrl?: string;
   stop(): Promise<void>;
 }
 
@@ -44,6 +50,20 @@ export async function startOperator(options: {
   let worker: Worker | undefined;
   let workerConnection: Redis | undefined;
 
+  // HTTP server: the whole API in roles all and http; health and metrics only in the others, on
+  // METRICS_PORT. Started first, so a port in use fails the start before anything else runs.
+  let http: RunningHttp | undefined;
+  try {
+    if (role === "all" || role === "http") {
+      http = await startHttp({ kc, config, log, mode: "full" });
+    } else if (config.metricsPort > 0) {
+      http = await startHttp({ kc, config, log, mode: "probes", port: config.metricsPort });
+    }
+  } catch (error) {
+    await queue.close();
+    redis.disconnect();
+    throw error;
+  }
   if (config.installCrds && (role === "all" || role === "watcher")) {
     await installCrds(kc);
     log.info("CRDs installed or up to date");
@@ -99,7 +119,10 @@ export async function startOperator(options: {
   }
   return {
     ready: Promise.all([watcher?.ready, backupsReady]).then(() => undefined),
+    httpUrl: http?.url,
     async stop() {
+      // Stop taking requests first, then the roles.
+      await http?.close().catch((error: unknown) => log.warn({ err: error }, "HTTP server close failed"));
       for (const close of closers.reverse())
         await close().catch((error: unknown) => log.warn({ err: error }, "close failed"));
       await queue.close();
@@ -112,10 +135,8 @@ export async function startOperator(options: {
 
 async function main(): Promise<void> {
   const { values } = parseArgs({ options: { role: { type: "string", default: "all" } } });
-  const role = values.role;
-  if (role !== "all" && role !== "watcher" && role !== "worker" && role !== "scheduler") {
-    throw new Error(`--role must be all, watcher, worker or scheduler, got "${role}"`);
-  }
+  const role = ROLES.find((r) => r === values.role);
+  if (!role) throw new Error(`--role must be one of ${ROLES.join(", ")}, got "${values.role}"`);
   const config = loadConfig(process.env);
   const log = createLogger({ level: config.logLevel, pretty: config.logPretty }).child({
     component: `operator-${role}`,

@@ -11,6 +11,7 @@ import type { OperatorConfig } from "../shared/config.ts";
 import type { Kube } from "../shared/kube.ts";
 import { acquireLease, LeaseLostError } from "../shared/lease.ts";
 import type { Logger } from "../shared/log.ts";
+import { measureReconcile } from "../shared/metrics.ts";
 import {
   dirtyKey,
   isReconcilePayload,
@@ -85,16 +86,19 @@ export function createProcessor(deps: WorkerDeps) {
     await deps.redis.del(dirtyKey(namespace, name));
     let requeueAfterMs: number | undefined;
     try {
-      const result = await reconcile(
-        { namespace, name },
-        {
-          kube: deps.kube,
-          log,
-          etcd: { timeoutMs: deps.config.etcdTimeoutMs },
-          guard: () => lease.guard(),
-          unhealthyGraceMs: deps.config.memberUnhealthyGraceMs,
-          operatorImage: deps.config.operatorImage,
-        },
+      // Metrics: queue wait, count and duration by result and step (shared/metrics.ts).
+      const result = await measureReconcile(RECONCILE_QUEUE, job, () =>
+        reconcile(
+          { namespace, name },
+          {
+            kube: deps.kube,
+            log,
+            etcd: { timeoutMs: deps.config.etcdTimeoutMs },
+            guard: () => lease.guard(),
+            unhealthyGraceMs: deps.config.memberUnhealthyGraceMs,
+            operatorImage: deps.config.operatorImage,
+          },
+        ),
       );
       if (result.kind === "invalid") {
         throw new UnrecoverableError(`invalid spec: ${result.problems.join("; ")}`);

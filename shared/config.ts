@@ -25,6 +25,27 @@ export interface OperatorConfig {
   operatorImage: string;
   /** Backups and restores in parallel per worker process (each streams one snapshot). */
   backupConcurrency: number;
+  // --- HTTP server (infra/http): API, admission webhook, health, metrics, dashboard ---
+  /** Port of the HTTP server; 0 picks a free one (tests). */
+  httpPort: number;
+  httpHost: string;
+  /** PEM files of the serving certificate (e.g. from cert-manager); both or neither. */
+  httpTlsCertFile?: string;
+  httpTlsKeyFile?: string;
+  /** Without certificate files: serve TLS with a certificate from a CA made at start-up. */
+  httpTlsSelfSigned: boolean;
+  /** DNS names and IPs the self-signed certificate is valid for. */
+  httpTlsHosts: string[];
+  /** The ValidatingWebhookConfiguration whose caBundle the server keeps set to its self-signed CA. */
+  webhookConfigurationName?: string;
+  /** A fixed bearer token for local use, besides Kubernetes tokens; never logged. */
+  httpStaticToken?: string;
+  /** Requests per minute per client address before 429. */
+  httpRateLimitPerMinute: number;
+  /** /metrics asks for a token (and `get` on the non-resource URL /metrics), like kube-rbac-proxy. */
+  metricsRequireAuth: boolean;
+  /** Roles without the HTTP server (watcher, worker, scheduler) serve health and metrics on this port; 0: off. */
+  metricsPort: number;
 }
 
 export const DEFAULT_OPERATOR_IMAGE = "ghcr.io/etcd-operator-ts/etcd-operator:v0.1.0";
@@ -79,5 +100,56 @@ export function loadConfig(env: Record<string, string | undefined>): OperatorCon
     logPretty: bool(env, "LOG_PRETTY", false),
     operatorImage: env.OPERATOR_IMAGE || DEFAULT_OPERATOR_IMAGE,
     backupConcurrency: int(env, "BACKUP_CONCURRENCY", 2, 1, 64),
+    ...httpConfig(env),
+  };
+}
+
+type HttpConfig = Pick<
+  OperatorConfig,
+  | "httpPort"
+  | "httpHost"
+  | "httpTlsCertFile"
+  | "httpTlsKeyFile"
+  | "httpTlsSelfSigned"
+  | "httpTlsHosts"
+  | "webhookConfigurationName"
+  | "httpStaticToken"
+  | "httpRateLimitPerMinute"
+  | "metricsRequireAuth"
+  | "metricsPort"
+>;
+
+/** Shortest static token accepted: a guessable token would open the API to anyone who can reach it. */
+export const MIN_STATIC_TOKEN_LENGTH = 24;
+
+function httpConfig(env: Record<string, string | undefined>): HttpConfig {
+  const certFile = env.HTTP_TLS_CERT_FILE || undefined;
+  const keyFile = env.HTTP_TLS_KEY_FILE || undefined;
+  if ((certFile === undefined) !== (keyFile === undefined)) {
+    throw new ConfigError("HTTP_TLS_CERT_FILE and HTTP_TLS_KEY_FILE go together: give both or neither");
+  }
+  const staticToken = env.HTTP_STATIC_TOKEN || undefined;
+  if (staticToken !== undefined && staticToken.length < MIN_STATIC_TOKEN_LENGTH) {
+    // The value itself is never echoed: it is a secret even when it is too short.
+    throw new ConfigError(
+      `HTTP_STATIC_TOKEN must be at least ${MIN_STATIC_TOKEN_LENGTH} characters (e.g. from \`openssl rand -hex 24\`)`,
+    );
+  }
+  const hosts = (env.HTTP_TLS_HOSTS || "localhost,127.0.0.1")
+    .split(",")
+    .map((h) => h.trim())
+    .filter(Boolean);
+  return {
+    httpPort: int(env, "HTTP_PORT", 8080, 0, 65_535),
+    httpHost: env.HTTP_HOST || "0.0.0.0",
+    httpTlsCertFile: certFile,
+    httpTlsKeyFile: keyFile,
+    httpTlsSelfSigned: bool(env, "HTTP_TLS_SELF_SIGNED", false),
+    httpTlsHosts: hosts,
+    webhookConfigurationName: env.WEBHOOK_CONFIGURATION || undefined,
+    httpStaticToken: staticToken,
+    httpRateLimitPerMinute: int(env, "HTTP_RATE_LIMIT_PER_MINUTE", 600, 1, 1_000_000),
+    metricsRequireAuth: bool(env, "METRICS_REQUIRE_AUTH", true),
+    metricsPort: int(env, "METRICS_PORT", 0, 0, 65_535),
   };
 }

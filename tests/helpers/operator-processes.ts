@@ -28,6 +28,8 @@ export function operatorEnv(
     MY_POD_NAMESPACE: "default",
     RECONCILE_INTERVAL_MS: "3000",
     LOG_LEVEL: "debug",
+    // Role "all" runs the HTTP server: a free port each, so processes and parallel runs never collide.
+    HTTP_PORT: "0",
     ...extra,
   };
 }
