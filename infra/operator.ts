@@ -133,6 +133,15 @@ export async function startOperator(options: {
   };
 }
 
+/**
+ * Node flags the operator runs with (the Dockerfile, the test helpers and the docs use these).
+ * A backup streams GiBs through gRPC messages and upload parts, all short-lived garbage; with V8's
+ * default young generation (which grows to tens of MiB under that allocation rate) the worker's
+ * RSS would rise by ~90 MiB during a backup. A 2 MiB semi-space keeps it under ~50 MiB at the cost
+ * of more, cheaper scavenges.
+ */
+export const OPERATOR_NODE_FLAGS = ["--max-semi-space-size=2"] as const;
+
 async function main(): Promise<void> {
   const { values } = parseArgs({ options: { role: { type: "string", default: "all" } } });
   const role = ROLES.find((r) => r === values.role);
@@ -141,6 +150,12 @@ async function main(): Promise<void> {
   const log = createLogger({ level: config.logLevel, pretty: config.logPretty }).child({
     component: `operator-${role}`,
   });
+  const missing = OPERATOR_NODE_FLAGS.filter(
+    (flag) => !process.execArgv.includes(flag) && !process.env.NODE_OPTIONS?.includes(flag),
+  );
+  if (missing.length > 0) {
+    log.warn({ missing }, "node runs without the operator's flags; backups will use more memory than needed");
+  }
   const kc = new KubeConfig();
   kc.loadFromDefault();
   const operator = await startOperator({ kc, config, log, role });

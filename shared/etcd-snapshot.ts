@@ -21,11 +21,18 @@ export class SnapshotDigest extends Transform {
   override _transform(chunk: Buffer, _encoding: BufferEncoding, done: TransformCallback): void {
     this.#whole.update(chunk);
     this.bytes += chunk.length;
-    // Everything but the last 32 bytes seen so far belongs to the database.
-    const joined = this.#tail.length > 0 ? Buffer.concat([this.#tail, chunk]) : chunk;
-    const cut = Math.max(0, joined.length - TRAILER);
-    if (cut > 0) this.#database.update(joined.subarray(0, cut));
-    this.#tail = Buffer.from(joined.subarray(cut));
+    // Everything but the last 32 bytes seen so far belongs to the database. No copy of the chunk
+    // (a snapshot is GiBs of them): only the ≤ 32-byte tail is carried over.
+    if (chunk.length >= TRAILER) {
+      if (this.#tail.length > 0) this.#database.update(this.#tail);
+      this.#database.update(chunk.subarray(0, chunk.length - TRAILER));
+      this.#tail = Buffer.from(chunk.subarray(chunk.length - TRAILER));
+    } else {
+      const joined = Buffer.concat([this.#tail, chunk]);
+      const cut = Math.max(0, joined.length - TRAILER);
+      if (cut > 0) this.#database.update(joined.subarray(0, cut));
+      this.#tail = Buffer.from(joined.subarray(cut));
+    }
     done(null, chunk);
   }
 

@@ -1,6 +1,5 @@
 // S3 and S3-compatible stores (MinIO, SeaweedFS, Ceph RGW…) through @aws-sdk/client-s3. Uploads are
-// multipart through @aws-sdk/lib-storage, which holds at most queueSize × partSize bytes: 2 × 8 MiB,
-// whatever the snapshot's size.
+// multipart with two reused 5 MiB part buffers (s3-multipart.ts), whatever the snapshot's size.
 import type { Readable } from "node:stream";
 import {
   DeleteObjectsCommand,
@@ -11,12 +10,11 @@ import {
   S3Client,
   S3ServiceException,
 } from "@aws-sdk/client-s3";
-import { Upload } from "@aws-sdk/lib-storage";
 import type { S3Credentials } from "./credentials.ts";
+import { MIN_PART_SIZE, uploadStream } from "./s3-multipart.ts";
 import { isNetworkError, type ObjectStore, ObjectStoreError, type StoredObject } from "./types.ts";
 
-export const PART_SIZE = 8 * 1024 * 1024;
-const QUEUE_SIZE = 2;
+export const PART_SIZE = MIN_PART_SIZE;
 
 export interface S3StoreOptions {
   bucket: string;
@@ -89,16 +87,8 @@ export function openS3Store(options: S3StoreOptions): ObjectStore {
     kind: "S3",
     bucket,
     async upload(key, body: Readable) {
-      const upload = new Upload({
-        client,
-        params: { Bucket: bucket, Key: key, Body: body, ContentType: "application/octet-stream" },
-        partSize: PART_SIZE,
-        queueSize: QUEUE_SIZE,
-        // A failed upload must not leave parts behind that the bucket keeps billing for.
-        leavePartsOnError: false,
-      });
       try {
-        await upload.done();
+        await uploadStream(client, { bucket, key }, body, PART_SIZE);
       } catch (error) {
         throw explain(error, `upload to ${at(key)}`);
       }

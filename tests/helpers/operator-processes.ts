@@ -5,6 +5,8 @@ import { mkdirSync, openSync } from "node:fs";
 import { join } from "node:path";
 import type { LocalCluster } from "../../infra/local/control-plane.ts";
 
+import { OPERATOR_NODE_FLAGS } from "../../infra/operator.ts";
+
 const ENTRY = new URL("../../infra/operator.ts", import.meta.url).pathname;
 
 export interface OperatorProcess {
@@ -43,7 +45,7 @@ export function startOperatorProcess(
   mkdirSync(dir, { recursive: true });
   const logFile = join(dir, `${role}-${++counter}.log`);
   const out = openSync(logFile, "a");
-  const child = spawn(process.execPath, [ENTRY, "--role", role], {
+  const child = spawn(process.execPath, [...OPERATOR_NODE_FLAGS, ENTRY, "--role", role], {
     env: operatorEnv(cluster, extra),
     stdio: ["ignore", out, out],
   });
