@@ -52,9 +52,7 @@ function versionFlags(): string {
 }
 
 /** Makes sure the pinned Helm is built (building it when missing, ~3-5 min on 2 cores) and returns its path. */
-export async function ensureHelm(
-  options: { log?: (line: string) => void } = {},
-): Promise<string> {
+export async function ensureHelm(options: { log?: (line: string) => void } = {}): Promise<string> {
   const log = options.log ?? ((line: string) => process.stderr.write(`${line}\n`));
   if (await isHelmBuilt()) return helmPath();
   const finalDir = helmDir();
