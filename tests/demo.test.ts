@@ -1,0 +1,212 @@
+// The README's demo command, run the way a newcomer runs it: `npm run demo` (here with its own
+// instance name), no KUBECONFIG. It must bring up a 3-member EtcdCluster, print instructions that
+// work when followed literally (put and get a key with the printed etcdctl line, kubectl with the
+// printed KUBECONFIG and alias), and on Ctrl-C (SIGINT to its process group, as a terminal sends
+// it) stop everything: no process of the demo, the control plane, Redis, the kubelet or the etcd
+// members may be left, nor a network namespace, the bridge or the instance's folder.
+import { type ChildProcess, execFileSync, spawn } from "node:child_process";
+import { existsSync, readdirSync, readFileSync, readlinkSync } from "node:fs";
+import t from "tap";
+import { daemonStatus } from "../infra/local/control-plane.ts";
+import { waitFor } from "../infra/local/kube-wait.ts";
+import { instanceLayout } from "../infra/local/layout.ts";
+import { ROOT } from "./helpers/packaging.ts";
+
+const NAME = "pkg-demo";
+const layout = instanceLayout(NAME);
+
+function netnsOfInstance(): string[] {
+  return existsSync("/run/netns")
+    ? readdirSync("/run/netns").filter((n) => n.startsWith(layout.network.netnsPrefix))
+    : [];
+}
+
+function alive(pid: number): boolean {
+  try {
+    // A zombie has exited; only its parent's wait is missing.
+    return !/^\d+ \(.*\) Z/.test(readFileSync(`/proc/${pid}/stat`, "utf8"));
+  } catch {
+    return false;
+  }
+}
+
+/** Live processes whose command line or stdout mention the instance's folder, or that are in `group`. */
+function processesOfDemo(group: number): string[] {
+  const found: string[] = [];
+  for (const entry of readdirSync("/proc").filter((p) => /^\d+$/.test(p))) {
+    const pid = Number(entry);
+    if (pid === process.pid || !alive(pid)) continue;
+    try {
+      const cmdline = readFileSync(`/proc/${pid}/cmdline`, "utf8").replace(/\0/g, " ").trim();
+      const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
+      const pgid = Number(stat.slice(stat.lastIndexOf(")") + 2).split(" ")[2]);
+      let stdout = "";
+      try {
+        stdout = readlinkSync(`/proc/${pid}/fd/1`);
+      } catch {
+        // No stdout to look at.
+      }
+      if (pgid === group || cmdline.includes(layout.dir) || stdout.startsWith(layout.dir)) {
+        found.push(`${pid}: ${cmdline}`);
+      }
+    } catch {
+      // The process ended while we looked.
+    }
+  }
+  return found;
+}
+
+function bridgeExists(): boolean {
+  try {
+    execFileSync("ip", ["link", "show", layout.network.bridge], { stdio: "ignore" });
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+// A newcomer's shell: Node and npm on PATH, no KUBECONFIG, no REDIS_URL.
+const env: Record<string, string> = {
+  PATH: process.env.PATH ?? "/usr/bin:/bin",
+  HOME: process.env.HOME ?? "/root",
+};
+if (process.env.EOP_CACHE) env.EOP_CACHE = process.env.EOP_CACHE;
+
+let stdout = "";
+let stderr = "";
+const started = Date.now();
+// detached: its own process group, so SIGINT reaches npm, bash and node together, as from a terminal.
+const demo: ChildProcess = spawn("npm", ["run", "demo", "--", "--name", NAME], {
+  cwd: ROOT,
+  env,
+  detached: true,
+  stdio: ["ignore", "pipe", "pipe"],
+});
+const group = demo.pid ?? 0;
+demo.stdout?.on("data", (chunk: Buffer) => {
+  stdout += chunk.toString();
+});
+demo.stderr?.on("data", (chunk: Buffer) => {
+  stderr += chunk.toString();
+});
+const exited = new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((resolve) => {
+  demo.on("exit", (code, signal) => resolve({ code, signal }));
+});
+let stopped = false;
+// Whatever happens in the test, the demo goes: SIGINT first (it cleans up), then SIGKILL.
+t.teardown(async () => {
+  if (stopped) return;
+  try {
+    process.kill(-group, "SIGINT");
+  } catch {
+    return;
+  }
+  const timer = setTimeout(() => {
+    try {
+      process.kill(-group, "SIGKILL");
+    } catch {
+      // Gone.
+    }
+  }, 90_000);
+  await exited;
+  clearTimeout(timer);
+});
+
+const instructions = await waitFor(
+  "the demo to print its instructions",
+  async () => {
+    if (demo.exitCode !== null)
+      throw new Error(`the demo exited with ${demo.exitCode}:\n${stderr.slice(-3000)}`);
+    return stdout.includes("Press Ctrl-C to stop everything.") ? stdout : undefined;
+  },
+  { timeoutMs: 600_000, intervalMs: 500, describe: async () => stderr.slice(-3000) },
+);
+t.comment(`instructions printed after ${((Date.now() - started) / 1000).toFixed(1)} s`);
+
+const lines = instructions.split("\n").map((l) => l.trim());
+/** The printed command line that contains `marker` (without its trailing comment). */
+function printed(marker: string): string[] {
+  const line = lines.find((l) => l.includes(marker));
+  if (line === undefined) throw new Error(`the demo printed no line with "${marker}":\n${instructions}`);
+  return line.replace(/\s+#.*$/, "").split(/\s+/);
+}
+
+t.test("the demo reports a 3-member cluster Available", async (t) => {
+  t.match(
+    instructions,
+    /EtcdCluster example-etcd-cluster is Available after [\d.]+ s: 3 members, etcd 3\.7\.3\./,
+  );
+  t.match(stderr, /members ready 3\/3/, "progress shows the members joining");
+  t.match(stderr, /Available=True Progressing=False Degraded=False/, "and the conditions");
+});
+
+t.test("a newcomer can put and get a key with the printed etcdctl lines", async (t) => {
+  const [etcdctl, ...putArgs] = printed(" put hello world");
+  t.ok(etcdctl && existsSync(etcdctl), `the printed etcdctl exists: ${etcdctl}`);
+  t.equal(execFileSync(etcdctl ?? "", putArgs, { encoding: "utf8" }).trim(), "OK");
+  const [, ...getArgs] = printed(" get hello");
+  t.equal(execFileSync(etcdctl ?? "", getArgs, { encoding: "utf8" }).trim(), "hello\nworld");
+  const [, ...listArgs] = printed(" member list -w table");
+  const table = execFileSync(etcdctl ?? "", listArgs, { encoding: "utf8" });
+  t.equal(table.match(/[│|] started [│|]/g)?.length, 3, "three started members");
+  t.notMatch(table, /[│|]\s*true\s*[│|]\s*$/m, "none of them a learner");
+});
+
+t.test("the printed kubectl commands work with the printed KUBECONFIG and alias", async (t) => {
+  const kubeconfig = printed("export KUBECONFIG=")[1]?.slice("KUBECONFIG=".length) ?? "";
+  const kubectl = printed("alias kubectl=")[1]?.slice("kubectl=".length) ?? "";
+  t.ok(existsSync(kubeconfig), `KUBECONFIG ${kubeconfig} exists`);
+  const run = (args: string[]) =>
+    execFileSync(kubectl, args, { encoding: "utf8", env: { ...env, KUBECONFIG: kubeconfig } });
+  const [, ...getEtcd] = printed("get etcd");
+  t.match(run(getEtcd), /example-etcd-cluster\s+3\s+3\s+3\.7\.3\s+Running/);
+  const [, ...getPods] = printed("get pods -o wide");
+  t.equal(
+    run(getPods).match(/example-etcd-cluster-\S+\s+1\/1\s+Running/g)?.length,
+    3,
+    "three member pods Running",
+  );
+});
+
+t.test("Ctrl-C stops everything and leaves no process behind", async (t) => {
+  const daemons = daemonStatus(NAME).filter((d) => d.running);
+  t.same(
+    daemons.map((d) => d.name).sort(),
+    ["etcd", "kube-apiserver", "kube-controller-manager", "kubelet", "redis"],
+    "control plane, Redis and kubelet run",
+  );
+  const members = netnsOfInstance().flatMap((ns) =>
+    execFileSync("ip", ["netns", "pids", ns], { encoding: "utf8" })
+      .trim()
+      .split("\n")
+      .filter(Boolean)
+      .map(Number),
+  );
+  t.ok(members.length >= 3, `the member pods' processes run (${members.length})`);
+  const before = processesOfDemo(group);
+  t.ok(before.length >= 8, `${before.length} processes belong to the demo`);
+
+  process.kill(-group, "SIGINT");
+  const timer = setTimeout(() => process.kill(-group, "SIGKILL"), 90_000);
+  const exit = await exited;
+  clearTimeout(timer);
+  stopped = true;
+  t.comment(`npm exited with ${exit.code ?? exit.signal}`);
+  t.notMatch(stderr, /demo failed/, "no failure while stopping");
+  t.match(stderr, /everything stopped/, "the demo said it stopped everything");
+  // The group leader (npm) may exit before the last child: give stragglers a moment, then none may remain.
+  const left = await waitFor(
+    "every process of the demo to exit",
+    async () => (processesOfDemo(group).length === 0 ? [] : undefined),
+    {
+      timeoutMs: 30_000,
+      describe: async () => processesOfDemo(group).join("\n"),
+    },
+  );
+  t.same(left, [], "no process of the demo, its control plane or its pods remains");
+  for (const d of daemons) t.notOk(d.pid !== undefined && alive(d.pid), `${d.name} (pid ${d.pid}) is gone`);
+  t.same(members.filter(alive), [], "every member pod's process is gone");
+  t.same(netnsOfInstance(), [], "no pod network namespace left");
+  t.notOk(bridgeExists(), "the instance's bridge is removed");
+  t.notOk(existsSync(layout.dir), "the instance's folder is removed");
+});
