@@ -1,15 +1,17 @@
 // The README's demo command, run the way a newcomer runs it: `npm run demo` (here with its own
-// instance name), no KUBECONFIG. It must bring up a 3-member EtcdCluster, print instructions that
+// instance name), no KUBECONFIG; and once more with KUBECONFIG naming an existing cluster. It must bring up a 3-member EtcdCluster, print instructions that
 // work when followed literally (put and get a key with the printed etcdctl line, kubectl with the
 // printed KUBECONFIG and alias), and on Ctrl-C (SIGINT to its process group, as a terminal sends
 // it) stop everything: no process of the demo, the control plane, Redis, the kubelet or the etcd
 // members may be left, nor a network namespace, the bridge or the instance's folder.
 import { type ChildProcess, execFileSync, spawn } from "node:child_process";
 import { existsSync, readdirSync, readFileSync, readlinkSync } from "node:fs";
+import { Etcd3 } from "etcd3";
 import t from "tap";
-import { daemonStatus } from "../infra/local/control-plane.ts";
-import { waitFor } from "../infra/local/kube-wait.ts";
+import { daemonStatus, startLocalCluster } from "../infra/local/control-plane.ts";
+import { clientsFor, waitFor } from "../infra/local/kube-wait.ts";
 import { instanceLayout } from "../infra/local/layout.ts";
+import { Kube } from "../shared/kube.ts";
 import { ROOT } from "./helpers/packaging.ts";
 
 const NAME = "pkg-demo";
@@ -46,7 +48,8 @@ function processesOfDemo(group: number): string[] {
       } catch {
         // No stdout to look at.
       }
-      if (pgid === group || cmdline.includes(layout.dir) || stdout.startsWith(layout.dir)) {
+      const inInstance = cmdline.includes(`${layout.dir}/`) || stdout.startsWith(`${layout.dir}/`);
+      if (pgid === group || inInstance) {
         found.push(`${pid}: ${cmdline}`);
       }
     } catch {
@@ -72,55 +75,76 @@ const env: Record<string, string> = {
 };
 if (process.env.EOP_CACHE) env.EOP_CACHE = process.env.EOP_CACHE;
 
-let stdout = "";
-let stderr = "";
-const started = Date.now();
-// detached: its own process group, so SIGINT reaches npm, bash and node together, as from a terminal.
-const demo: ChildProcess = spawn("npm", ["run", "demo", "--", "--name", NAME], {
-  cwd: ROOT,
-  env,
-  detached: true,
-  stdio: ["ignore", "pipe", "pipe"],
-});
-const group = demo.pid ?? 0;
-demo.stdout?.on("data", (chunk: Buffer) => {
-  stdout += chunk.toString();
-});
-demo.stderr?.on("data", (chunk: Buffer) => {
-  stderr += chunk.toString();
-});
-const exited = new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((resolve) => {
-  demo.on("exit", (code, signal) => resolve({ code, signal }));
-});
-let stopped = false;
-// Whatever happens in the test, the demo goes: SIGINT first (it cleans up), then SIGKILL.
-t.teardown(async () => {
-  if (stopped) return;
-  try {
-    process.kill(-group, "SIGINT");
-  } catch {
-    return;
-  }
-  const timer = setTimeout(() => {
-    try {
-      process.kill(-group, "SIGKILL");
-    } catch {
-      // Gone.
-    }
-  }, 90_000);
-  await exited;
-  clearTimeout(timer);
-});
+/** `npm run demo` in its own process group (so SIGINT reaches npm, bash and node together, as from a terminal). */
+interface Demo {
+  group: number;
+  output(): { stdout: string; stderr: string };
+  /** SIGINT to the group, SIGKILL after 90 s; resolves when npm has exited. */
+  interrupt(): Promise<{ code: number | null; signal: NodeJS.Signals | null }>;
+  /** Resolves with everything it printed once the instructions are out. */
+  instructions(): Promise<string>;
+}
 
-const instructions = await waitFor(
-  "the demo to print its instructions",
-  async () => {
-    if (demo.exitCode !== null)
-      throw new Error(`the demo exited with ${demo.exitCode}:\n${stderr.slice(-3000)}`);
-    return stdout.includes("Press Ctrl-C to stop everything.") ? stdout : undefined;
-  },
-  { timeoutMs: 600_000, intervalMs: 500, describe: async () => stderr.slice(-3000) },
-);
+function startDemo(args: string[], extraEnv: Record<string, string> = {}): Demo {
+  let stdout = "";
+  let stderr = "";
+  const child: ChildProcess = spawn("npm", ["run", "demo", "--", ...args], {
+    cwd: ROOT,
+    env: { ...env, ...extraEnv },
+    detached: true,
+    stdio: ["ignore", "pipe", "pipe"],
+  });
+  const group = child.pid ?? 0;
+  child.stdout?.on("data", (chunk: Buffer) => {
+    stdout += chunk.toString();
+  });
+  child.stderr?.on("data", (chunk: Buffer) => {
+    stderr += chunk.toString();
+  });
+  const exited = new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((resolve) => {
+    child.on("exit", (code, signal) => resolve({ code, signal }));
+  });
+  let interrupted: Promise<{ code: number | null; signal: NodeJS.Signals | null }> | undefined;
+  const interrupt = () => {
+    interrupted ??= (async () => {
+      if (child.exitCode !== null || child.signalCode !== null) return exited;
+      process.kill(-group, "SIGINT");
+      const timer = setTimeout(() => {
+        try {
+          process.kill(-group, "SIGKILL");
+        } catch {
+          // Gone.
+        }
+      }, 90_000);
+      const result = await exited;
+      clearTimeout(timer);
+      return result;
+    })();
+    return interrupted;
+  };
+  // Whatever happens in the test, the demo goes: SIGINT first (it cleans up), then SIGKILL.
+  t.teardown(() => interrupt().then(() => undefined));
+  return {
+    group,
+    output: () => ({ stdout, stderr }),
+    interrupt,
+    instructions: () =>
+      waitFor(
+        "the demo to print its instructions",
+        async () => {
+          if (child.exitCode !== null)
+            throw new Error(`the demo exited with ${child.exitCode}:\n${stderr.slice(-3000)}`);
+          return stdout.includes("Press Ctrl-C to stop everything.") ? stdout : undefined;
+        },
+        { timeoutMs: 600_000, intervalMs: 500, describe: async () => stderr.slice(-3000) },
+      ),
+  };
+}
+
+const started = Date.now();
+const demo = startDemo(["--name", NAME]);
+const group = demo.group;
+const instructions = await demo.instructions();
 t.comment(`instructions printed after ${((Date.now() - started) / 1000).toFixed(1)} s`);
 
 const lines = instructions.split("\n").map((l) => l.trim());
@@ -136,6 +160,7 @@ t.test("the demo reports a 3-member cluster Available", async (t) => {
     instructions,
     /EtcdCluster example-etcd-cluster is Available after [\d.]+ s: 3 members, etcd 3\.7\.3\./,
   );
+  const { stderr } = demo.output();
   t.match(stderr, /members ready 3\/3/, "progress shows the members joining");
   t.match(stderr, /Available=True Progressing=False Degraded=False/, "and the conditions");
 });
@@ -161,10 +186,11 @@ t.test("the printed kubectl commands work with the printed KUBECONFIG and alias"
   const [, ...getEtcd] = printed("get etcd");
   t.match(run(getEtcd), /example-etcd-cluster\s+3\s+3\s+3\.7\.3\s+Running/);
   const [, ...getPods] = printed("get pods -o wide");
+  const podList = run(getPods);
   t.equal(
-    run(getPods).match(/example-etcd-cluster-\S+\s+1\/1\s+Running/g)?.length,
+    podList.match(/example-etcd-cluster-\S+\s+[01]\/1\s+Running/g)?.length,
     3,
-    "three member pods Running",
+    `three member pods Running:\n${podList}`,
   );
 });
 
@@ -186,11 +212,8 @@ t.test("Ctrl-C stops everything and leaves no process behind", async (t) => {
   const before = processesOfDemo(group);
   t.ok(before.length >= 8, `${before.length} processes belong to the demo`);
 
-  process.kill(-group, "SIGINT");
-  const timer = setTimeout(() => process.kill(-group, "SIGKILL"), 90_000);
-  const exit = await exited;
-  clearTimeout(timer);
-  stopped = true;
+  const exit = await demo.interrupt();
+  const { stderr } = demo.output();
   t.comment(`npm exited with ${exit.code ?? exit.signal}`);
   t.notMatch(stderr, /demo failed/, "no failure while stopping");
   t.match(stderr, /everything stopped/, "the demo said it stopped everything");
@@ -210,3 +233,83 @@ t.test("Ctrl-C stops everything and leaves no process behind", async (t) => {
   t.notOk(bridgeExists(), "the instance's bridge is removed");
   t.notOk(existsSync(layout.dir), "the instance's folder is removed");
 });
+
+t.test(
+  "with KUBECONFIG set, the demo runs the operator against that cluster and leaves it as it was",
+  async (t) => {
+    // The "existing cluster" is a local control plane this test starts (without Redis: the demo
+    // must bring its own queue when REDIS_URL is not given).
+    const existing = await startLocalCluster({ name: "pkg-demo-ext", redis: false });
+    t.teardown(() => existing.stop());
+    const external = startDemo([], { KUBECONFIG: existing.kubeconfigPath });
+    const printedText = await external.instructions();
+    const { stderr } = external.output();
+    t.match(stderr, new RegExp(`using the cluster of KUBECONFIG=${existing.kubeconfigPath}`));
+    t.match(stderr, /started redis-server for the queue at redis:\/\/127\.0\.0\.1:\d+/);
+    t.match(printedText, /EtcdCluster example-etcd-cluster is Available after [\d.]+ s: 3 members/);
+    t.notMatch(printedText, /export KUBECONFIG=/, "no kubeconfig to export: the reader's is in use");
+    t.match(
+      printedText,
+      /kubectl exec example-etcd-cluster-\S+ -- etcdctl put hello world/,
+      "etcdctl through a member pod",
+    );
+    t.notMatch(stderr, /starting kube-apiserver/, "no local control plane was started");
+
+    // The cluster really works: a write and a read through its members (reachable here by pod IP).
+    const { core } = clientsFor(existing.kubeconfigPath);
+    const pods = await core.listNamespacedPod({
+      namespace: "default",
+      labelSelector: "etcd_cluster=example-etcd-cluster",
+    });
+    const client = new Etcd3({
+      hosts: pods.items.map((p) => `http://${p.status?.podIP}:2379`),
+      dialTimeout: 2_000,
+    });
+    try {
+      await client.put("hello").value("world");
+      t.equal(await client.get("hello").string(), "world");
+      t.equal((await client.cluster.memberList({ linearizable: true })).members.length, 3);
+    } finally {
+      client.close();
+    }
+
+    // Its redis-server runs detached (its own process group), found by the port it printed.
+    const port = /started redis-server for the queue at redis:\/\/127\.0\.0\.1:(\d+)/.exec(stderr)?.[1];
+    const redisPids = readdirSync("/proc")
+      .filter((p) => /^\d+$/.test(p) && alive(Number(p)))
+      .filter((p) => {
+        try {
+          return readFileSync(`/proc/${p}/cmdline`, "utf8").includes(`127.0.0.1:${port}`);
+        } catch {
+          return false;
+        }
+      })
+      .map(Number);
+    t.equal(redisPids.length, 1, `the demo's redis-server runs on port ${port}`);
+    await external.interrupt();
+    t.match(external.output().stderr, /deleted EtcdCluster default\/example-etcd-cluster/);
+    t.same(
+      await waitFor(
+        "the demo's processes to exit",
+        async () => (processesOfDemo(external.group).length === 0 ? [] : undefined),
+        {
+          timeoutMs: 30_000,
+          describe: async () => processesOfDemo(external.group).join("\n"),
+        },
+      ),
+      [],
+      "no process of the demo remains",
+    );
+    t.same(redisPids.filter(alive), [], "its redis-server is stopped");
+    const kube = new Kube(clientsFor(existing.kubeconfigPath).kc);
+    t.equal(
+      await kube.getCluster("default", "example-etcd-cluster"),
+      undefined,
+      "the example EtcdCluster is gone from the existing cluster",
+    );
+    t.ok(
+      daemonStatus("pkg-demo-ext").some((d) => d.name === "kube-apiserver" && d.running),
+      "the existing cluster still runs",
+    );
+  },
+);
