@@ -457,6 +457,11 @@ async function checkRendering(
   const [webhook] = ofKind<V1ValidatingWebhookConfiguration>(objects, "ValidatingWebhookConfiguration");
   const http = services.find((s) => s.metadata.labels?.["app.kubernetes.io/component"] === "http");
   t.same(
+    webhook?.webhooks?.map((w) => w.rules?.[0]?.resources),
+    [["etcdclusters", "etcdclusters/scale"], ["etcdbackups"], ["etcdrestores"]],
+    "the three kinds, and kubectl scale of an EtcdCluster",
+  );
+  t.same(
     webhook?.webhooks?.map((w) => w.clientConfig.service?.path),
     ["/validate/etcdclusters", "/validate/etcdbackups", "/validate/etcdrestores"],
   );
@@ -469,6 +474,13 @@ async function checkRendering(
       `${w.name}: on a port the Service has`,
     );
     t.same(w.rules?.[0]?.operations, ["CREATE", "UPDATE"], `${w.name}: never called for deletes`);
+    t.same(
+      w.matchConditions?.map((c) => c.expression),
+      ["!has(object.metadata.deletionTimestamp)"],
+      `${w.name}: nor for objects being deleted (finalizers can always be removed)`,
+    );
+    t.equal(w.failurePolicy, "Fail", `${w.name}: refuses changes while it is down`);
+    t.equal(w.sideEffects, "NoneOnDryRun", `${w.name}: dry runs have no side effects`);
     t.same(
       w.namespaceSelector?.matchLabels,
       clusterWide ? undefined : { "kubernetes.io/metadata.name": NAMESPACE },

@@ -238,7 +238,9 @@ const etcdctl = newestEtcd(assets).etcdctl;
 // Locally the demo's own kubectl (aliased above); on an existing cluster, the reader's.
 const kubectl = target.local || onPath("kubectl") ? "kubectl" : assets.kubectl;
 const ns = target.namespace === "default" ? "" : ` -n ${target.namespace}`;
-const url = httpUrl(config);
+// The operator reports where its HTTP server listens when it runs one (the bound port, even for HTTP_PORT=0).
+const served = new Map<string, unknown>(Object.entries(operator ?? {})).get("httpUrl");
+const url = typeof served === "string" ? served : httpUrl(config);
 const firstPod = pods.items[0]?.metadata?.name ?? `${name}-xxxx`;
 process.stdout.write(
   [
