@@ -7,7 +7,8 @@
 // - queues and jobs: the `*_QUEUE` and `*_JOB` constants exported by shared/queue.ts;
 // - a queue is consumed when a file under infra/ (not infra/local) constructs `new Worker(<its constant>`;
 // - a job is live when its constant is used as a value (not only in a type) in functions/, shared/ or
-//   infra/: enqueued, scheduled or compared against `job.name`;
+//   infra/: enqueued, scheduled or compared against `job.name`; it belongs to the queue declared
+//   above it in shared/queue.ts (the file declares each queue, then its jobs);
 // - schedules are the `upsertJobScheduler(...)` calls under infra/ and the job `name:` each one adds;
 // - a schedule's `every` is a setting loadConfig reads (it rejects a bad value naming the variable);
 // - HTTP routes are what the HTTP server registers (see httpRoutesOf).
@@ -116,9 +117,25 @@ export function splitHandler(handler: string): { module: string; exportName: str
   return { module: `${match[1]}.ts`, exportName: match[2] };
 }
 
-export async function handlerProblems(entries: FunctionEntry[]): Promise<string[]> {
+export const HTTP_SERVER_MODULE = "infra/http/server.ts";
+
+/**
+ * Functions served only over HTTP cannot be checked before the HTTP server exists in the tree
+ * (it is built in parallel, issue 6): their handlers and routes are reported as pending until then,
+ * and checked strictly from the moment infra/http/server.ts is there.
+ */
+export function httpPending(entry: FunctionEntry): boolean {
+  return entry.events.every((e) => e.kind === "http") && !existsSync(join(ROOT, HTTP_SERVER_MODULE));
+}
+
+export async function handlerProblems(entries: FunctionEntry[]): Promise<Findings> {
   const problems: string[] = [];
+  const pending: string[] = [];
   for (const entry of entries) {
+    if (httpPending(entry)) {
+      pending.push(`${entry.name}: handler ${entry.handler} (the HTTP server is not in this tree yet)`);
+      continue;
+    }
     const parts = splitHandler(entry.handler);
     if (!parts) {
       problems.push(`${entry.name}: handler "${entry.handler}" is not of the form path/module.export`);
@@ -134,7 +151,7 @@ export async function handlerProblems(entries: FunctionEntry[]): Promise<string[
       problems.push(`${entry.name}: ${parts.module} exports no function "${parts.exportName}"`);
     }
   }
-  return problems;
+  return { problems, pending };
 }
 
 // ---------------------------------------------------------------------------------------------------------
@@ -151,6 +168,19 @@ function queueConstants(suffix: string): Map<string, string> {
 
 export const QUEUES = queueConstants("_QUEUE");
 export const JOBS = queueConstants("_JOB");
+
+/** Job value → the value of the queue declared before it in shared/queue.ts. */
+export function jobQueues(): Map<string, string> {
+  const source = readFileSync(join(ROOT, "shared/queue.ts"), "utf8");
+  const owners = new Map<string, string>();
+  let queue: string | undefined;
+  for (const match of source.matchAll(/^export const (\w+_(?:QUEUE|JOB))\b/gm)) {
+    const name = match[1] ?? "";
+    if (name.endsWith("_QUEUE")) queue = QUEUES.get(name);
+    else if (queue !== undefined) owners.set(JOBS.get(name) ?? "", queue);
+  }
+  return owners;
+}
 
 function sourceFiles(dir: string): string[] {
   const out: string[] = [];
@@ -223,11 +253,25 @@ export function isConfigVariable(name: string): boolean {
   }
 }
 
+export interface Findings {
+  /** Disagreements: the test fails on each. */
+  problems: string[];
+  /**
+   * Work another issue has started but not finished, reported as todo rather than failure: a job
+   * the code enqueues on a queue no worker consumes yet (e.g. manual backups before the backup
+   * worker exists), or HTTP functions before the HTTP server is in the tree. Checked strictly as
+   * soon as the worker or the server exists.
+   */
+  pending: string[];
+}
+
 export function queueProblems(
   entries: FunctionEntry[],
   code: { consumed: Set<string>; live: Set<string>; scheduled: Set<string> },
-): string[] {
+): Findings {
   const problems: string[] = [];
+  const pending: string[] = [];
+  const owners = jobQueues();
   const queueValues = new Set(QUEUES.values());
   const jobValues = new Set(JOBS.values());
   const listedJobs = new Set<string>();
@@ -247,6 +291,8 @@ export function queueProblems(
       }
       if (!jobValues.has(e.job)) {
         problems.push(`${what}: no job "${e.job}" in shared/queue.ts (have ${[...jobValues].join(", ")})`);
+      } else if (owners.get(e.job) !== e.queue) {
+        problems.push(`${what}: job "${e.job}" belongs to queue "${owners.get(e.job)}" in shared/queue.ts`);
       }
       if (e.kind === "queue") listedJobs.add(e.job);
       if (e.kind === "schedule") {
@@ -261,8 +307,13 @@ export function queueProblems(
     }
   }
   for (const job of code.live) {
-    if (!listedJobs.has(job))
+    if (listedJobs.has(job)) continue;
+    const queue = owners.get(job) ?? "";
+    if (code.consumed.has(queue)) {
       problems.push(`the code runs job "${job}" but no function lists it as a queue event`);
+    } else {
+      pending.push(`the code enqueues job "${job}" on queue "${queue}", which no worker consumes yet`);
+    }
   }
   for (const job of listedJobs) {
     if (!code.live.has(job))
@@ -272,7 +323,7 @@ export function queueProblems(
     if (!listedSchedules.has(job))
       problems.push(`the code schedules job "${job}" but no function lists the schedule`);
   }
-  return problems;
+  return { problems, pending };
 }
 
 // ---------------------------------------------------------------------------------------------------------
