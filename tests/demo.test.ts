@@ -165,6 +165,10 @@ t.test("the demo reports a 3-member cluster Available", async (t) => {
   const { stderr } = demo.output();
   t.match(stderr, /members ready 3\/3/, "progress shows the members joining");
   t.match(stderr, /Available=True Progressing=False Degraded=False/, "and the conditions");
+  // The operator's logs are for a person here: pino-pretty lines, not JSON records.
+  const { stdout } = demo.output();
+  t.match(stdout, /INFO.*bootstrapping 3 member/, "operator logs are pretty-printed");
+  t.notMatch(stdout, /^\{"level":/m, "no raw JSON log lines");
 });
 
 t.test("a newcomer can put and get a key with the printed etcdctl lines", async (t) => {

@@ -779,6 +779,29 @@ async function runClusterAsServiceAccount(
     t.ok(events.trim().length > 0, "the operator recorded Events");
     const logs = processes.map((p) => readFileSync(p.logFile, "utf8")).join("\n");
     t.notMatch(logs, /forbidden/i, "no request of the operator was forbidden");
+    // Logs as a cluster's log pipeline gets them: one JSON object per line, at LOG_LEVEL=info and up.
+    const records = logs
+      .split("\n")
+      .filter((line) => line.trim() !== "")
+      .map((line) => {
+        try {
+          return JSON.parse(line) as { level?: number; msg?: string; time?: number };
+        } catch {
+          return { msg: `not JSON: ${line}` };
+        }
+      });
+    t.ok(records.length > 3, `${records.length} log lines`);
+    t.same(
+      records.filter(
+        (r) => typeof r.level !== "number" || typeof r.time !== "number" || typeof r.msg !== "string",
+      ),
+      [],
+      "every log line is a pino JSON record (level, time, msg)",
+    );
+    t.notOk(
+      records.some((r) => (r.level ?? 0) < 30),
+      "nothing below info is logged at LOG_LEVEL=info",
+    );
     kubectl(["delete", "etcdcluster", options.name, "-n", options.namespace, "--wait=true"]);
   } finally {
     for (const p of processes) await p.kill("SIGTERM");
