@@ -263,6 +263,35 @@ t.test("Ctrl-C stops everything and leaves no process behind", async (t) => {
   t.notOk(existsSync(layout.dir), "the instance's folder is removed");
 });
 
+t.test("Ctrl-C while the control plane is still starting leaves nothing behind either", async (t) => {
+  const early = startDemo(["--name", NAME]);
+  await waitFor(
+    "the demo to start kube-apiserver",
+    async () => (/starting kube-apiserver/.test(early.output().stderr) ? true : undefined),
+    { timeoutMs: 120_000, describe: async () => early.output().stderr.slice(-2000) },
+  );
+  await early.interrupt();
+  const { stderr } = early.output();
+  t.match(stderr, /Ctrl-C: stopping as soon as the start-up step finishes/);
+  t.match(stderr, /everything stopped/);
+  t.notMatch(stderr, /demo failed/);
+  t.same(
+    await waitFor(
+      "every process of the interrupted demo to exit",
+      async () => (processesOfDemo(early.group).length === 0 ? [] : undefined),
+      {
+        timeoutMs: 30_000,
+        describe: async () => processesOfDemo(early.group).join("\n"),
+      },
+    ),
+    [],
+    "no process left",
+  );
+  t.same(netnsOfInstance(), [], "no pod network namespace left");
+  t.notOk(bridgeExists(), "the instance's bridge is removed");
+  t.notOk(existsSync(layout.dir), "the instance's folder is removed");
+});
+
 t.test(
   "with KUBECONFIG set, the demo runs the operator against that cluster and leaves it as it was",
   async (t) => {

@@ -13,7 +13,7 @@ import { accessSync, constants, mkdtempSync, readFileSync, rmSync } from "node:f
 import { tmpdir } from "node:os";
 import { delimiter, join } from "node:path";
 import { parseArgs } from "node:util";
-import { CustomObjectsApi, KubeConfig } from "@kubernetes/client-node";
+import { CoreV1Api, CustomObjectsApi, KubeConfig } from "@kubernetes/client-node";
 import { parse } from "yaml";
 import { type EtcdCluster, GROUP, PLURAL, VERSION } from "../../shared/api/etcd-cluster.ts";
 import { loadConfig, type OperatorConfig } from "../../shared/config.ts";
@@ -112,9 +112,21 @@ function onPath(binary: string): boolean {
   });
 }
 
+// Ctrl-C while the control plane starts must not leave its (detached) daemons behind: note it, let
+// the start finish, then stop everything.
+let interrupted = false;
+const early = () => {
+  interrupted = true;
+  say("Ctrl-C: stopping as soon as the start-up step finishes");
+};
+process.on("SIGINT", early);
+process.on("SIGTERM", early);
+
 const assets = await ensureAssets({ log: say });
 const kubeconfigEnv = process.env.KUBECONFIG;
 const target = kubeconfigEnv ? await existingClusterTarget(kubeconfigEnv) : await localTarget(values.name);
+process.off("SIGINT", early);
+process.off("SIGTERM", early);
 const custom = target.kc.makeApiClient(CustomObjectsApi);
 let created: string | undefined;
 let operator: RunningOperator | undefined;
@@ -154,6 +166,7 @@ process.on("uncaughtException", fail);
 process.on("unhandledRejection", fail);
 process.on("SIGINT", () => void shutdown(0));
 process.on("SIGTERM", () => void shutdown(0));
+if (interrupted) await shutdown(0);
 
 say("installing the CRDs");
 await installCrds(target.kc);
@@ -228,7 +241,7 @@ const ready = await waitFor(
   { timeoutMs: 300_000, intervalMs: 250 },
 );
 
-const { core } = clientsFor(target.kubeconfigPath ?? "");
+const core = target.kc.makeApiClient(CoreV1Api);
 const pods = await core.listNamespacedPod({
   namespace: target.namespace,
   labelSelector: `etcd_cluster=${name}`,
