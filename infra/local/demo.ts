@@ -1,69 +1,220 @@
-// `npm run demo`: the operator on the embedded local control plane, for a newcomer without a
-// cluster. Starts etcd, kube-apiserver, kube-controller-manager, Redis and the process kubelet,
-// installs the CRDs, runs the operator (watcher, worker and resync scheduler in this process),
-// applies the example EtcdCluster, shows its progress until it is Available, prints how to use
-// it, and stops everything on Ctrl-C.
-import { readFileSync } from "node:fs";
-import { CustomObjectsApi } from "@kubernetes/client-node";
+// `npm run demo`: the operator with an example 3-member EtcdCluster, for a newcomer.
+//   npm run demo                     no KUBECONFIG: starts the embedded local control plane (etcd,
+//                                    kube-apiserver, kube-controller-manager, Redis, process kubelet)
+//   KUBECONFIG=... npm run demo      runs the operator against that cluster instead (Redis: REDIS_URL,
+//                                    or a redis-server started for the demo)
+//   npm run demo -- --name N         the local instance's name (default "default"), so a test can run
+//                                    its own demo beside other clusters
+// Installs the CRDs, runs the operator in this process (watcher, worker, resync scheduler, and the
+// HTTP server when this build has it), applies manifests/examples/example-etcd-cluster.yaml, shows
+// members joining, phase and conditions until the cluster is Available, prints how to use it
+// (etcdctl, kubectl, the HTTP URL), and stops everything on Ctrl-C. Operator logs are pretty-printed.
+import { accessSync, constants, mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { delimiter, join } from "node:path";
+import { parseArgs } from "node:util";
+import { CoreV1Api, CustomObjectsApi, KubeConfig } from "@kubernetes/client-node";
 import { parse } from "yaml";
 import { type EtcdCluster, GROUP, PLURAL, VERSION } from "../../shared/api/etcd-cluster.ts";
-import { loadConfig } from "../../shared/config.ts";
+import { loadConfig, type OperatorConfig } from "../../shared/config.ts";
+import { httpStatusOf } from "../../shared/kube-errors.ts";
 import { createLogger } from "../../shared/log.ts";
 import { installCrds } from "../crds.ts";
-import { startOperator } from "../operator.ts";
+import { type RunningOperator, startOperator } from "../operator.ts";
 import { ensureAssets, newestEtcd } from "./assets.ts";
 import { startLocalCluster } from "./control-plane.ts";
+import { stopDaemon } from "./daemons.ts";
 import { clientsFor, waitFor } from "./kube-wait.ts";
+import { DEFAULT_INSTANCE } from "./layout.ts";
+import { startRedis } from "./redis.ts";
 
+const { values } = parseArgs({ options: { name: { type: "string", default: DEFAULT_INSTANCE } } });
 const say = (line: string) => process.stderr.write(`\x1b[1m[demo]\x1b[0m ${line}\n`);
+
+/** Where the demo runs: the embedded local cluster, or the cluster KUBECONFIG names. */
+interface Target {
+  kubeconfigPath: string | undefined;
+  kc: KubeConfig;
+  redisUrl: string;
+  namespace: string;
+  local: boolean;
+  stop(): Promise<void>;
+}
+
+async function localTarget(name: string): Promise<Target> {
+  const cluster = await startLocalCluster({ name, log: say });
+  const { kc } = clientsFor(cluster.kubeconfigPath);
+  return {
+    kubeconfigPath: cluster.kubeconfigPath,
+    kc,
+    redisUrl: cluster.redisUrl ?? "",
+    namespace: "default",
+    local: true,
+    stop: () => cluster.stop(),
+  };
+}
+
+async function existingClusterTarget(kubeconfig: string): Promise<Target> {
+  const kc = new KubeConfig();
+  kc.loadFromDefault();
+  say(`using the cluster of KUBECONFIG=${kubeconfig} (context ${kc.getCurrentContext()})`);
+  const namespace =
+    process.env.MY_POD_NAMESPACE || kc.getContextObject(kc.getCurrentContext())?.namespace || "default";
+  if (process.env.REDIS_URL) {
+    return {
+      kubeconfigPath: kubeconfig,
+      kc,
+      redisUrl: process.env.REDIS_URL,
+      namespace,
+      local: false,
+      stop: async () => {},
+    };
+  }
+  // No Redis given: one for the demo's lifetime, its data in a temporary folder.
+  const dir = mkdtempSync(join(tmpdir(), "etcd-operator-demo-redis-"));
+  const redis = await startRedis({ dir, logFile: join(dir, "redis.log"), pidFile: join(dir, "redis.pid") });
+  say(`started redis-server for the queue at ${redis.url}`);
+  return {
+    kubeconfigPath: kubeconfig,
+    kc,
+    redisUrl: redis.url,
+    namespace,
+    local: false,
+    async stop() {
+      await stopDaemon(redis.record);
+      rmSync(dir, { recursive: true, force: true });
+    },
+  };
+}
+
+/**
+ * The HTTP server's URL when this build's operator serves one. Read by key because the HTTP role
+ * and its settings (issue 6) are built in parallel with this demo.
+ */
+function httpUrl(config: OperatorConfig): string | undefined {
+  const settings = new Map<string, unknown>(Object.entries(config));
+  const port = settings.get("httpPort");
+  if (typeof port !== "number" || port <= 0) return undefined;
+  const tls =
+    settings.get("httpTlsSelfSigned") === true || typeof settings.get("httpTlsCertFile") === "string";
+  return `${tls ? "https" : "http"}://127.0.0.1:${port}`;
+}
+
+/** A command line as the reader can paste it: a tool not on PATH is named by its full path. */
+function onPath(binary: string): boolean {
+  return (process.env.PATH ?? "").split(delimiter).some((dir) => {
+    try {
+      accessSync(join(dir, binary), constants.X_OK);
+      return true;
+    } catch {
+      return false;
+    }
+  });
+}
+
+// Ctrl-C while the control plane starts must not leave its (detached) daemons behind: note it, let
+// the start finish, then stop everything.
+let interrupted = false;
+const early = () => {
+  interrupted = true;
+  say("Ctrl-C: stopping as soon as the start-up step finishes");
+};
+process.on("SIGINT", early);
+process.on("SIGTERM", early);
+
 const assets = await ensureAssets({ log: say });
-const cluster = await startLocalCluster({ log: say });
-// Whatever fails from here on, the local cluster must not be left running.
-process.on("uncaughtException", (error) => fail(error));
-process.on("unhandledRejection", (error) => fail(error));
+const kubeconfigEnv = process.env.KUBECONFIG;
+const target = kubeconfigEnv ? await existingClusterTarget(kubeconfigEnv) : await localTarget(values.name);
+process.off("SIGINT", early);
+process.off("SIGTERM", early);
+const custom = target.kc.makeApiClient(CustomObjectsApi);
+let created: string | undefined;
+let operator: RunningOperator | undefined;
+
+// Whatever fails from here on, nothing the demo started may be left running.
+let stopping = false;
+async function shutdown(code: number): Promise<never> {
+  if (!stopping) {
+    stopping = true;
+    say(`stopping the operator${target.local ? " and the local control plane" : ""}`);
+    await operator?.stop().catch(() => undefined);
+    if (!target.local && created) {
+      // On someone's cluster, leave nothing of the demo behind (its pods go with it).
+      await custom
+        .deleteNamespacedCustomObject({
+          group: GROUP,
+          version: VERSION,
+          namespace: target.namespace,
+          plural: PLURAL,
+          name: created,
+        })
+        .catch(() => undefined);
+      say(`deleted EtcdCluster ${target.namespace}/${created}`);
+    }
+    await target.stop().catch((error: unknown) => say(`stop failed: ${String(error)}`));
+    say("everything stopped");
+  }
+  process.exit(code);
+}
 function fail(error: unknown): void {
   process.stderr.write(
     `demo failed: ${error instanceof Error ? (error.stack ?? error.message) : String(error)}\n`,
   );
-  void cluster.stop().finally(() => process.exit(1));
+  void shutdown(1);
 }
-const { kc } = clientsFor(cluster.kubeconfigPath);
-const custom = kc.makeApiClient(CustomObjectsApi);
+process.on("uncaughtException", fail);
+process.on("unhandledRejection", fail);
+process.on("SIGINT", () => void shutdown(0));
+process.on("SIGTERM", () => void shutdown(0));
+if (interrupted) await shutdown(0);
+
 say("installing the CRDs");
-await installCrds(kc);
+await installCrds(target.kc);
 const config = loadConfig({
   ...process.env,
-  REDIS_URL: cluster.redisUrl,
-  MY_POD_NAMESPACE: "default",
+  REDIS_URL: target.redisUrl,
+  MY_POD_NAMESPACE: target.namespace,
   LOG_PRETTY: "true",
 });
 const log = createLogger({ level: config.logLevel, pretty: true }).child({ component: "operator" });
-const operator = await startOperator({ kc, config, log });
-
-let stopping = false;
-const stop = () => {
-  if (stopping) return;
-  stopping = true;
-  say("stopping the operator and the local control plane");
-  void operator
-    .stop()
-    .then(() => cluster.stop())
-    .then(() => process.exit(0));
-};
-process.on("SIGINT", stop);
-process.on("SIGTERM", stop);
+operator = await startOperator({ kc: target.kc, config, log });
 
 const examplePath = new URL("../../manifests/examples/example-etcd-cluster.yaml", import.meta.url);
 const example = parse(readFileSync(examplePath, "utf8")) as EtcdCluster;
 const name = example.metadata.name ?? "example-etcd-cluster";
-say(`applying ${examplePath.pathname.split("/").slice(-3).join("/")} (size ${example.spec.size})`);
-await custom.createNamespacedCustomObject({
-  group: GROUP,
-  version: VERSION,
-  namespace: "default",
-  plural: PLURAL,
-  body: example,
-});
+say(
+  `applying manifests/examples/example-etcd-cluster.yaml (size ${example.spec.size}, etcd ${example.spec.version})`,
+);
+try {
+  await custom.createNamespacedCustomObject({
+    group: GROUP,
+    version: VERSION,
+    namespace: target.namespace,
+    plural: PLURAL,
+    body: example,
+  });
+  created = name;
+} catch (error) {
+  if (httpStatusOf(error) !== 409) throw error;
+  say(`EtcdCluster ${name} exists already: showing it`);
+}
+
+/** One line of what changed: phase, members, conditions and what the operator is doing. */
+function progressLine(cluster: EtcdCluster): string {
+  const status = cluster.status;
+  const conditions = (status?.conditions ?? []).map((c) => `${c.type}=${c.status}`).join(" ");
+  const doing =
+    status?.conditions?.find((c) => c.type === "Progressing" && c.status === "True")?.message ?? "";
+  return [
+    `phase=${status?.phase || "-"}`,
+    `members ready ${status?.readyMembers ?? 0}/${cluster.spec.size}`,
+    status?.members?.ready?.length ? `(${status.members.ready.join(", ")})` : "",
+    conditions,
+    doing ? `· ${doing}` : "",
+  ]
+    .filter(Boolean)
+    .join(" ");
+}
 
 let last = "";
 const started = Date.now();
@@ -73,39 +224,70 @@ const ready = await waitFor(
     const current = (await custom.getNamespacedCustomObject({
       group: GROUP,
       version: VERSION,
-      namespace: "default",
+      namespace: target.namespace,
       plural: PLURAL,
       name,
     })) as EtcdCluster;
-    const progressing = current.status?.conditions?.find((c) => c.type === "Progressing");
-    const line = `phase=${current.status?.phase || "-"} ready=${current.status?.readyMembers ?? 0}/${current.spec.size} ${progressing?.message ?? ""}`;
+    const line = progressLine(current);
     if (line !== last) say(line);
     last = line;
-    const available = current.status?.conditions?.find((c) => c.type === "Available")?.status === "True";
-    return available && current.status?.readyMembers === current.spec.size && progressing?.status === "False"
-      ? current
-      : undefined;
+    const condition = (type: string) => current.status?.conditions?.find((c) => c.type === type)?.status;
+    const done =
+      condition("Available") === "True" &&
+      condition("Progressing") === "False" &&
+      current.status?.readyMembers === current.spec.size;
+    return done ? current : undefined;
   },
   { timeoutMs: 300_000, intervalMs: 250 },
 );
-const { core } = clientsFor(cluster.kubeconfigPath);
-const pods = await core.listNamespacedPod({ namespace: "default", labelSelector: `etcd_cluster=${name}` });
+
+const core = target.kc.makeApiClient(CoreV1Api);
+const pods = await core.listNamespacedPod({
+  namespace: target.namespace,
+  labelSelector: `etcd_cluster=${name}`,
+});
 const endpoints = pods.items.map((p) => `http://${p.status?.podIP}:2379`).join(",");
-const etcd = newestEtcd(assets);
+const etcdctl = newestEtcd(assets).etcdctl;
+// Locally the demo's own kubectl (aliased above); on an existing cluster, the reader's.
+const kubectl = target.local || onPath("kubectl") ? "kubectl" : assets.kubectl;
+const ns = target.namespace === "default" ? "" : ` -n ${target.namespace}`;
+// The operator reports where its HTTP server listens when it runs one (the bound port, even for HTTP_PORT=0).
+const served = new Map<string, unknown>(Object.entries(operator ?? {})).get("httpUrl");
+const url = typeof served === "string" ? served : httpUrl(config);
+const firstPod = pods.items[0]?.metadata?.name ?? `${name}-xxxx`;
 process.stdout.write(
   [
     "",
     `EtcdCluster ${name} is Available after ${((Date.now() - started) / 1000).toFixed(1)} s: ${ready.status?.readyMembers} members, etcd ${ready.status?.currentVersion}.`,
     "",
-    `  export KUBECONFIG=${cluster.kubeconfigPath}`,
-    "  kubectl get etcd                       # size, ready, version, phase",
-    `  kubectl describe etcd ${name}  # conditions and Events`,
-    `  kubectl scale etcd/${name} --replicas=5`,
-    "  kubectl get pods -o wide",
-    `  ${etcd.etcdctl} --endpoints=${endpoints} put hello world`,
-    `  ${etcd.etcdctl} --endpoints=${endpoints} member list -w table`,
+    "Use it (in another terminal):",
+    ...(target.local
+      ? [
+          `  export KUBECONFIG=${target.kubeconfigPath}`,
+          `  alias kubectl=${assets.kubectl}   # v${assets.kubernetesVersion}, built for the demo`,
+        ]
+      : []),
+    `  ${kubectl}${ns} get etcd                      # size, ready, version, phase`,
+    `  ${kubectl}${ns} describe etcd ${name}  # conditions and Events`,
+    `  ${kubectl}${ns} get pods -o wide`,
+    `  ${kubectl}${ns} scale etcd/${name} --replicas=5`,
+    ...(target.local
+      ? [
+          `  ${etcdctl} --endpoints=${endpoints} put hello world`,
+          `  ${etcdctl} --endpoints=${endpoints} get hello`,
+          `  ${etcdctl} --endpoints=${endpoints} member list -w table`,
+        ]
+      : [
+          // Pod IPs are seldom reachable from outside a real cluster: use the etcdctl in a member's image.
+          `  ${kubectl}${ns} exec ${firstPod} -- etcdctl put hello world`,
+          `  ${kubectl}${ns} exec ${firstPod} -- etcdctl get hello`,
+          `  ${kubectl}${ns} exec ${firstPod} -- etcdctl member list -w table`,
+        ]),
+    ...(url ? ["", `HTTP API and queue dashboard: ${url}`] : []),
     "",
-    `Queue (BullMQ) in Redis at ${cluster.redisUrl}. Press Ctrl-C to stop everything.`,
+    `The queue (BullMQ) is in Redis at ${target.redisUrl}. Press Ctrl-C to stop everything.`,
     "",
   ].join("\n"),
 );
+// Keep the event loop alive until Ctrl-C (the operator's connections would, but do not rely on it).
+setInterval(() => {}, 1 << 30);

@@ -1,0 +1,26 @@
+# syntax=docker/dockerfile:1
+# The operator's image: Node 24 running the TypeScript sources directly (type stripping, no build
+# step), production dependencies only, as a non-root user on a read-only root filesystem.
+#   docker build -t etcd-operator:0.1.0 .
+#   docker run --rm etcd-operator:0.1.0 --role worker      (all | watcher | worker | scheduler | http)
+
+# Dependencies are installed in a full Node image (npm is not in the runtime image).
+FROM node:24-bookworm-slim AS deps
+WORKDIR /app
+COPY package.json package-lock.json ./
+RUN npm ci --omit=dev --ignore-scripts --no-audit --no-fund
+
+# Distroless: node and its libraries, no shell, no package manager.
+FROM gcr.io/distroless/nodejs24-debian12:nonroot
+WORKDIR /app
+ENV NODE_ENV=production
+COPY --from=deps /app/node_modules ./node_modules
+COPY package.json ./
+COPY shared ./shared
+COPY functions ./functions
+# infra/ without infra/local (the local control plane stays out, see .dockerignore).
+COPY infra ./infra
+# 65532 is distroless's "nonroot"; numeric so Kubernetes can verify runAsNonRoot.
+USER 65532:65532
+ENTRYPOINT ["/nodejs/bin/node", "infra/operator.ts"]
+CMD ["--role", "all"]

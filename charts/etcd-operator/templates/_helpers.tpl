@@ -1,0 +1,103 @@
+{{/* The name every object carries: the release name when it already says etcd-operator. */}}
+{{- define "etcd-operator.fullname" -}}
+{{- if contains "etcd-operator" .Release.Name -}}
+{{- .Release.Name | trunc 50 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-etcd-operator" .Release.Name | trunc 50 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "etcd-operator.labels" -}}
+app.kubernetes.io/name: etcd-operator
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
+{{- end -}}
+
+{{/* Selector labels of one component (controller, worker, http, redis). */}}
+{{- define "etcd-operator.selector" -}}
+app.kubernetes.io/name: etcd-operator
+app.kubernetes.io/instance: {{ .root.Release.Name }}
+app.kubernetes.io/component: {{ .component }}
+{{- end -}}
+
+{{- define "etcd-operator.image" -}}
+{{ .Values.image.repository }}:{{ .Values.image.tag | default .Chart.AppVersion }}
+{{- end -}}
+
+{{- define "etcd-operator.redisUrl" -}}
+{{- if .Values.redis.bundled -}}
+redis://{{ include "etcd-operator.fullname" . }}-redis:6379
+{{- else -}}
+{{- required "redis.url is required when redis.bundled is false" .Values.redis.url -}}
+{{- end -}}
+{{- end -}}
+
+{{/* Environment every operator container shares. */}}
+{{- define "etcd-operator.env" -}}
+- name: MY_POD_NAMESPACE
+  valueFrom:
+    fieldRef:
+      fieldPath: metadata.namespace
+- name: REDIS_URL
+  value: {{ include "etcd-operator.redisUrl" . | quote }}
+- name: CLUSTER_WIDE
+  value: {{ eq .Values.scope "cluster-wide" | quote }}
+- name: LOG_LEVEL
+  value: {{ .Values.config.logLevel | quote }}
+- name: RECONCILE_INTERVAL_MS
+  value: {{ .Values.config.reconcileIntervalMs | quote }}
+{{- with .Values.config.extraEnv }}
+{{ toYaml . }}
+{{- end }}
+{{- end -}}
+
+{{- define "etcd-operator.podSecurityContext" -}}
+runAsNonRoot: true
+runAsUser: 65532
+runAsGroup: 65532
+seccompProfile:
+  type: RuntimeDefault
+{{- end -}}
+
+{{- define "etcd-operator.containerSecurityContext" -}}
+allowPrivilegeEscalation: false
+readOnlyRootFilesystem: true
+capabilities:
+  drop: ["ALL"]
+{{- end -}}
+
+{{/* Health probes of a role without the HTTP server, on its metrics port. */}}
+{{- define "etcd-operator.metricsProbes" -}}
+livenessProbe:
+  httpGet:
+    path: /livez
+    port: {{ .port }}
+  periodSeconds: 10
+  failureThreshold: 6
+readinessProbe:
+  httpGet:
+    path: /readyz
+    port: {{ .port }}
+  periodSeconds: 5
+{{- end -}}
+
+{{- define "etcd-operator.scheduling" -}}
+{{- with .Values.nodeSelector }}
+nodeSelector:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .Values.tolerations }}
+tolerations:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .Values.affinity }}
+affinity:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .Values.imagePullSecrets }}
+imagePullSecrets:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- end -}}
