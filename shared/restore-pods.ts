@@ -14,6 +14,8 @@ export const SNAPSHOT_FILE = `${RESTORE_DIR}/snapshot.db`;
 export const STAGING_DATA_DIR = `${RESTORE_DIR}/data`;
 export const SECRET_DIR = "/etc/etcd-backup-secret";
 const SECRET_VOLUME = "backup-secret";
+/** Where the operator image (Dockerfile, distroless Node) has node; it is not on PATH there. */
+export const OPERATOR_IMAGE_NODE = "/nodejs/bin/node";
 
 /** A snapshot streamed from a surviving member (quorum-loss recovery), no object store involved. */
 export interface MemberSource {
@@ -54,7 +56,7 @@ function env(values: Record<string, string | undefined>): V1EnvVar[] {
 
 function fetchContainer(source: RestoreSource | MemberSource, operatorImage: string): V1Container {
   const dataMount = { name: "etcd-data", mountPath: "/var/etcd" };
-  const command = ["node", "/app/infra/restore-init.ts", "fetch"];
+  const command = [OPERATOR_IMAGE_NODE, "/app/infra/restore-init.ts", "fetch"];
   if (source.storageType === "Member") {
     return {
       name: "fetch-snapshot",
@@ -105,7 +107,7 @@ export function restoreSeedPod(input: RestoreSeedInput): V1Pod {
   const install: V1Container = {
     name: "install-data-dir",
     image: input.operatorImage,
-    command: ["node", "/app/infra/restore-init.ts", "install"],
+    command: [OPERATOR_IMAGE_NODE, "/app/infra/restore-init.ts", "install"],
     env: env({ DATA_DIR }),
     volumeMounts: [dataMount],
   };

@@ -32,9 +32,11 @@ import { ensureAssets } from "../infra/local/assets.ts";
 import { startLocalCluster } from "../infra/local/control-plane.ts";
 import { ensureHelm } from "../infra/local/helm.ts";
 import { waitFor } from "../infra/local/kube-wait.ts";
+import { OPERATOR_NODE_FLAGS } from "../infra/operator.ts";
 import { type EtcdCluster, SCOPE_ANNOTATION, SCOPE_CLUSTERWIDE } from "../shared/api/etcd-cluster.ts";
 import { Kube } from "../shared/kube.ts";
 import { RECONCILE_QUEUE, requestReconcile } from "../shared/queue.ts";
+import { OPERATOR_IMAGE_NODE } from "../shared/restore-pods.ts";
 import { type OperatorProcess, startOperatorProcess } from "./helpers/operator-processes.ts";
 import { acceptedRoles } from "./helpers/operator-roles.ts";
 import {
@@ -889,8 +891,13 @@ await t.test(
       last.find((i) => i.keyword === "ENTRYPOINT") ?? { keyword: "", args: "[]", line: 0 },
     );
     const cmd = execForm(last.find((i) => i.keyword === "CMD") ?? { keyword: "", args: "[]", line: 0 });
-    t.match(entrypoint[0], /node$/, "node is the entry point (exec form: signals reach it)");
-    t.equal(entrypoint[1], "infra/operator.ts", "runs infra/operator.ts with type stripping");
+    t.equal(
+      entrypoint[0],
+      OPERATOR_IMAGE_NODE,
+      "node is the entry point (exec form: signals reach it), where restore init containers find it too",
+    );
+    t.same(entrypoint.slice(1, -1), [...OPERATOR_NODE_FLAGS], "with the operator's node flags");
+    t.equal(entrypoint.at(-1), "infra/operator.ts", "runs infra/operator.ts with type stripping");
     checkRole(t, roleArg(cmd), "Dockerfile CMD");
 
     // What the image holds: the COPY sources minus .dockerignore.

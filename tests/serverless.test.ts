@@ -26,6 +26,7 @@ import {
   httpProblems,
   httpRoutesOf,
   isConfigVariable,
+  isScheduleField,
   liveJobs,
   operatorSources,
   parseServerless,
@@ -62,17 +63,35 @@ function reportPending(t: Test, pending: string[]): void {
   for (const item of pending) t.pass(item, { todo: "pending: checked strictly once it lands" });
 }
 
-t.test("serverless.yml lists reconcile, the resync schedule and the HTTP routes", async (t) => {
-  t.same(
-    entries.map((e) => e.name),
-    ["reconcile", "resync", "health", "metrics", "clusters", "backups", "admission"],
-  );
-  t.same(entry(entries, "reconcile").events, [{ kind: "queue", queue: "etcd-reconcile", job: "reconcile" }]);
-  t.same(entry(entries, "resync").events, [
-    { kind: "schedule", queue: "etcd-reconcile", job: "resync", every: "RECONCILE_INTERVAL_MS" },
-    { kind: "queue", queue: "etcd-reconcile", job: "resync" },
-  ]);
-});
+t.test(
+  "serverless.yml lists reconcile, the resync schedule, backup, restore and the HTTP routes",
+  async (t) => {
+    t.same(
+      entries.map((e) => e.name),
+      ["reconcile", "resync", "backup", "restore", "health", "metrics", "clusters", "backups", "admission"],
+    );
+    t.same(entry(entries, "reconcile").events, [
+      { kind: "queue", queue: "etcd-reconcile", job: "reconcile" },
+    ]);
+    t.same(entry(entries, "backup").events, [
+      { kind: "queue", queue: "etcd-backup", job: "backup" },
+      {
+        kind: "schedule",
+        queue: "etcd-backup",
+        job: "backup",
+        every: "EtcdBackup.spec.backupPolicy.backupIntervalInSecond",
+      },
+    ]);
+    t.same(entry(entries, "restore").events, [{ kind: "queue", queue: "etcd-backup", job: "restore" }]);
+    t.ok(isScheduleField("EtcdBackup.spec.backupPolicy.backupIntervalInSecond"), "a per-backup interval");
+    t.notOk(isScheduleField("EtcdBackup.spec.backupPolicy.intervalSeconds"), "a made-up field is not");
+    t.notOk(isScheduleField("EtcdBackup.spec.storageType"), "nor a field that is no number");
+    t.same(entry(entries, "resync").events, [
+      { kind: "schedule", queue: "etcd-reconcile", job: "resync", every: "RECONCILE_INTERVAL_MS" },
+      { kind: "queue", queue: "etcd-reconcile", job: "resync" },
+    ]);
+  },
+);
 
 t.test("a malformed serverless.yml is refused with the path of the bad entry", async (t) => {
   t.throws(() => parseServerless("functions:\n  f:\n    handler: a.b\n"), /functions\.f\.events/);

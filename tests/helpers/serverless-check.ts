@@ -12,9 +12,11 @@
 // - schedules are the `upsertJobScheduler(...)` calls under infra/ and the job `name:` each one adds;
 // - a schedule's `every` is a setting loadConfig reads (it rejects a bad value naming the variable);
 // - HTTP routes are what the HTTP server registers (see httpRoutesOf).
+
 import { existsSync, readdirSync, readFileSync, statSync } from "node:fs";
 import { join, relative } from "node:path";
 import { parse } from "yaml";
+import { EtcdBackupSpecSchema } from "../../shared/api/etcd-backup.ts";
 import { loadConfig } from "../../shared/config.ts";
 import * as queueModule from "../../shared/queue.ts";
 
@@ -243,6 +245,22 @@ export function scheduledJobs(sources = operatorSources()): Set<string> {
   return scheduled;
 }
 
+/**
+ * A per-object schedule: `EtcdBackup.spec.<path>` naming an integer field of the EtcdBackup schema
+ * (each EtcdBackup gets its own job scheduler with that interval).
+ */
+export function isScheduleField(every: string): boolean {
+  const match = /^EtcdBackup\.spec\.(.+)$/.exec(every);
+  if (!match) return false;
+  let schema: unknown = EtcdBackupSpecSchema;
+  for (const key of (match[1] ?? "").split(".")) {
+    const properties = (schema as { properties?: Record<string, unknown> }).properties;
+    schema = properties?.[key];
+    if (schema === undefined) return false;
+  }
+  return (schema as { type?: unknown }).type === "integer";
+}
+
 /** A config variable is real when loadConfig rejects a nonsense value for it by name. */
 export function isConfigVariable(name: string): boolean {
   try {
@@ -300,7 +318,7 @@ export function queueProblems(
         if (!code.scheduled.has(e.job)) {
           problems.push(`${what}: no upsertJobScheduler in infra/ adds job "${e.job}"`);
         }
-        if (!isConfigVariable(e.every)) {
+        if (!isConfigVariable(e.every) && !isScheduleField(e.every)) {
           problems.push(`${what}: every "${e.every}" is not a setting loadConfig reads`);
         }
       }

@@ -32,7 +32,7 @@ const SHELL_IMAGES = new Set(["busybox", "alpine", "debian", "ubuntu", "bash"]);
 
 /**
  * The operator's own image (any registry, any tag: `…/etcd-operator:v0.1.0`) is this checkout: the
- * Dockerfile puts the project at /app and Node on PATH, and so does this mapping, with the Node
+ * Dockerfile puts the project at /app and Node at /nodejs/bin/node, and so does this mapping, with the Node
  * that runs the kubelet. Restores use it for the init containers that fetch a backup.
  */
 export const OPERATOR_IMAGE_NAME = "etcd-operator";
@@ -43,9 +43,10 @@ function operatorImage(): ResolvedImage {
     imageId: "local://etcd-operator@checkout",
     mounts: [
       { source: projectDir, target: "/app", readOnly: true },
-      { source: dirname(process.execPath), target: "/usr/local/bin", readOnly: true },
+      // The image's node is /nodejs/bin/node (distroless); here it is the Node running the kubelet.
+      { source: dirname(process.execPath), target: "/nodejs/bin", readOnly: true },
     ],
-    entrypoint: ["node"],
+    entrypoint: ["/nodejs/bin/node"],
     cmd: ["/app/infra/operator.ts"],
   };
 }
