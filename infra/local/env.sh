@@ -36,6 +36,16 @@ ensure_debian_packages() {
   fi
 }
 
+# Only the tests need these: Chromium loads the queue dashboard in tests/http-e2e.test.ts.
+ensure_test_packages() {
+  if ! command -v chromium >/dev/null; then
+    step "installing Debian packages for the tests: chromium"
+    if [ "$(id -u)" != 0 ]; then echo "need root to apt-get install chromium" >&2; exit 1; fi
+    apt-get update -qq >&2
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >&2
+  fi
+}
+
 ensure_npm_deps() {
   local stamp="$EOP_ROOT/node_modules/.eop-lock-hash"
   local want

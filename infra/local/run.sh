@@ -15,6 +15,7 @@ cmd="${1:-test}"
 shift || true
 case "$cmd" in
   test)
+    ensure_test_packages
     step "binaries (kube-apiserver, kube-controller-manager, kubectl, etcd 3.5/3.6/3.7, SeaweedFS; cached in $EOP_CACHE)"
     node infra/local/assets.ts >/dev/null
     step "type-check (tsc --noEmit)"
