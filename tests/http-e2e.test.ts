@@ -348,7 +348,8 @@ t.test("the dashboard loads in headless Chromium after login and shows the clust
     `/v1/namespaces/${NS}/etcdbackups/manual-backup/backup`,
     bearer(user.token),
   );
-  t.equal(backup.status, 202, "a backup job waits (no backup worker runs here)");
+  // The worker runs it at once and it fails for good: this EtcdBackup names no etcd endpoints.
+  t.equal(backup.status, 202, "a backup job is queued");
   mkdirSync(ARTIFACTS, { recursive: true });
   const browser = await chromium.launch({
     executablePath: CHROMIUM,
@@ -375,9 +376,11 @@ t.test("the dashboard loads in headless Chromium after login and shows the clust
       .waitFor({ timeout: 20_000 });
     t.pass("the failed job of default/invalid-version is listed with its reason");
     await page.screenshot({ path: join(ARTIFACTS, "dashboard-reconcile-failed.png"), fullPage: true });
-    await page.goto(`${baseUrl}/dashboard/queue/etcd-backup?status=waiting`);
+    await page.goto(`${baseUrl}/dashboard/queue/etcd-backup?status=failed`);
     await page.getByText("backup/default/manual-backup").first().waitFor({ timeout: 20_000 });
-    await page.screenshot({ path: join(ARTIFACTS, "dashboard-backup-waiting.png"), fullPage: true });
+    await page.getByText(/spec.etcdEndpoints is empty/).first().waitFor({ timeout: 20_000 });
+    t.pass("the failed backup job is listed with its reason");
+    await page.screenshot({ path: join(ARTIFACTS, "dashboard-backup-failed.png"), fullPage: true });
     const png = readFileSync(join(ARTIFACTS, "dashboard-reconcile-failed.png"));
     t.ok(png.length > 10_000, `screenshot saved (${png.length} bytes)`);
   } finally {
