@@ -31,6 +31,7 @@ import {
   startRecovery,
 } from "./recover-quorum.ts";
 import { deleteMemberPod, removeMember } from "./remove-member.ts";
+import { restoreFromLatestBackup } from "./restore-from-backup.ts";
 import { seed } from "./seed.ts";
 import type { StepDeps, StepInput, StepOutcome } from "./step.ts";
 import { moveLeader, upgradeMember } from "./upgrade-member.ts";
@@ -167,15 +168,7 @@ async function runStep(step: Step, input: StepInput, deps: StepDeps): Promise<St
         event: { type: "Warning", reason: "QuorumLost", message: step.message },
       };
     case "all-members-lost":
-      return {
-        requeueAfterMs: undefined,
-        event: {
-          type: "Warning",
-          reason: "AllMembersLost",
-          message:
-            "every member pod is gone and no member holds data; restore from a backup (EtcdRestore) or delete and re-create the cluster",
-        },
-      };
+      return restoreFromLatestBackup(input, deps);
     case "recover-from-member":
       return startRecovery(input, deps, step.survivor, step.appliedIndex, step.lost, step.voters);
     case "create-recovery-seed":
