@@ -139,6 +139,14 @@ export async function finishRecovery(
 }
 
 export async function abortRecovery(input: StepInput, deps: StepDeps, message: string): Promise<StepOutcome> {
+  // A seed that cannot get its data would otherwise linger as a pod that never answers, hiding
+  // that every member is lost (and so the restore from a backup).
+  const seed = input.observation.recovery?.seed;
+  const namespace = input.cluster.metadata?.namespace ?? "default";
+  if (seed && input.observation.pods.some((p) => p.name === seed && !p.terminating)) {
+    await deps.guard();
+    await deps.kube.deletePod(namespace, seed);
+  }
   await deps.guard();
   await deps.kube.annotateCluster(input.cluster, { [RECOVERY_ANNOTATION]: null });
   return { requeueAfterMs: 5_000, event: { type: "Warning", reason: "QuorumRecoveryFailed", message } };
