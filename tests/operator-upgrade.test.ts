@@ -162,6 +162,11 @@ t.test(
     );
     const final = await getCluster("up");
     t.equal(final.status?.currentVersion, V37);
+    t.same(
+      Object.values(final.status?.memberVersions ?? {}),
+      [V37, V37, V37],
+      "status lists each member's version",
+    );
   },
 );
 
