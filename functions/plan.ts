@@ -59,6 +59,8 @@ export interface Observation {
   clusterVersion?: string;
   /** A voter whose pod stays not Ready this long is replaced (crash loop, lost data dir, …). */
   unhealthyGraceMs?: number;
+  /** Every member snapshotted past the log entries written before 3.6 (see drain-old-log). */
+  oldLogDrained?: boolean;
   /** A quorum-loss recovery under way (the cluster's recovery annotation). */
   recovery?: RecoveryMark;
   /**
@@ -88,6 +90,7 @@ export type Step =
   | { kind: "remove-member"; name: string; memberId: string; reason: "scale-down" | "dead" }
   | { kind: "delete-pod"; name: string; reason: string }
   | { kind: "upgrade-member"; name: string; memberId: string; from: string; to: string }
+  | { kind: "drain-old-log" }
   | { kind: "move-leader"; fromId: string; toId: string; toName: string; reason: string }
   | { kind: "version-refused"; message: string }
   | { kind: "wait"; reason: string; message: string; afterMs: number }
@@ -313,20 +316,10 @@ export function planNextStep(o: Observation): Step {
 }
 
 /**
- * Minor steps this operator does not take in place yet. 3.6 → 3.7: etcd 3.7 no longer reads the
- * v2 entries that members of clusters born before 3.6 still hold in their write-ahead logs, and a
- * member upgraded in place crashed ("unmarshal should never fail") in our tests. Refusing beats a
- * broken cluster; an upgrade by member replacement is the planned way through.
+ * In-place upgrades that are refused outright (none today; the webhook shares this list). From 3.6
+ * to 3.7 the old log must be drained first (see the drain-old-log step).
  */
-export const IN_PLACE_BLOCKED: { from: string; to: string; message: string }[] = [
-  {
-    from: "3.6",
-    to: "3.7",
-    message:
-      "upgrading from etcd 3.6 to 3.7 is not supported by this operator yet: members whose logs hold entries written " +
-      "before 3.6 crash when restarted on 3.7; keep spec.version at 3.6 (e.g. 3.6.16) or create a new 3.7 cluster and restore a backup into it",
-  },
-];
+export const IN_PLACE_BLOCKED: { from: string; to: string; message: string }[] = [];
 
 function planUpgrade(o: Observation, voters: MemberInfo[]): Step | undefined {
   const byName = new Map(o.pods.map((p) => [p.name, p]));
@@ -370,6 +363,10 @@ function planUpgrade(o: Observation, voters: MemberInfo[]): Step | undefined {
   }
   const behind = voters.filter((m) => compareVersions(podOf(m)?.version ?? phase, phase) < 0);
   if (behind.length === 0) return undefined;
+  // etcd 3.7 cannot apply log entries written before 3.6 (v2 requests): a member restarted on 3.7
+  // replays its log from its last snapshot, so every member must first snapshot past them.
+  if (minorOf(lowest) === "3.6" && minorOf(phase) === "3.7" && !o.oldLogDrained)
+    return { kind: "drain-old-log" };
   const leader = leaderId(o);
   const follower = behind.find((m) => m.id !== leader);
   const target = follower ?? behind[0];

@@ -6,6 +6,7 @@ import {
   type EtcdCluster,
   type EtcdClusterStatus,
   type NormalizedSpec,
+  OLD_LOG_DRAINED_ANNOTATION,
   RECOVERY_ANNOTATION,
   RESTORE_ANNOTATION,
 } from "../shared/api/etcd-cluster.ts";
@@ -20,6 +21,7 @@ import {
   VERSION_ANNOTATION,
 } from "../shared/member-pods.ts";
 import { addMember, createMemberPod } from "./add-member.ts";
+import { drainOldLog } from "./drain-old-log.ts";
 import { ensureServices } from "./ensure-services.ts";
 import { majority, memberPodName, type Observation, type PodView, planNextStep, type Step } from "./plan.ts";
 import { promoteMember } from "./promote-member.ts";
@@ -31,6 +33,7 @@ import {
   startRecovery,
 } from "./recover-quorum.ts";
 import { deleteMemberPod, removeMember } from "./remove-member.ts";
+import { restoreFromLatestBackup } from "./restore-from-backup.ts";
 import { seed } from "./seed.ts";
 import type { StepDeps, StepInput, StepOutcome } from "./step.ts";
 import { moveLeader, upgradeMember } from "./upgrade-member.ts";
@@ -136,6 +139,7 @@ export async function observe(
     health,
     hadMembers,
     localMembers,
+    oldLogDrained: cluster.metadata?.annotations?.[OLD_LOG_DRAINED_ANNOTATION] === "true",
     recovery: parseRecoveryMark(cluster.metadata?.annotations?.[RECOVERY_ANNOTATION]),
   };
 }
@@ -167,15 +171,7 @@ async function runStep(step: Step, input: StepInput, deps: StepDeps): Promise<St
         event: { type: "Warning", reason: "QuorumLost", message: step.message },
       };
     case "all-members-lost":
-      return {
-        requeueAfterMs: undefined,
-        event: {
-          type: "Warning",
-          reason: "AllMembersLost",
-          message:
-            "every member pod is gone and no member holds data; restore from a backup (EtcdRestore) or delete and re-create the cluster",
-        },
-      };
+      return restoreFromLatestBackup(input, deps);
     case "recover-from-member":
       return startRecovery(input, deps, step.survivor, step.appliedIndex, step.lost, step.voters);
     case "create-recovery-seed":
@@ -186,6 +182,8 @@ async function runStep(step: Step, input: StepInput, deps: StepDeps): Promise<St
       return abortRecovery(input, deps, step.message);
     case "upgrade-member":
       return upgradeMember(input, deps, step.name, step.from, step.to);
+    case "drain-old-log":
+      return drainOldLog(input, deps);
     case "move-leader":
       return moveLeader(input, deps, step.toId, step.toName, step.reason);
     case "version-refused":
@@ -212,6 +210,7 @@ const PROGRESS_REASON: Record<Step["kind"], string> = {
   "abort-recovery": "QuorumRecoveryFailed",
   "upgrade-member": "UpgradingMember",
   "move-leader": "MovingLeader",
+  "drain-old-log": "DrainingOldLog",
   "version-refused": "VersionRefused",
   steady: "Stable",
 };
@@ -308,6 +307,9 @@ export function clusterStatus(
     // Only set while members run another version than the spec asks for (an upgrade in progress).
     targetVersion: versions.length > 0 && versions.some((v) => v !== o.spec.version) ? o.spec.version : "",
     currentVersion: versions[0] ?? previous.currentVersion ?? "",
+    memberVersions: Object.fromEntries(
+      [...o.health.entries()].flatMap(([pod, s]) => (s.ok && s.version ? [[pod, s.version]] : [])).sort(),
+    ),
     observedGeneration: generation,
   };
 }

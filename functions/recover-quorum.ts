@@ -9,7 +9,7 @@
 //   3. finish-recovery: once the seed serves, delete every other pod, lift the mark, report the
 //      revision recovered to; the ordinary rules then add members up to spec.size.
 import { randomBytes } from "node:crypto";
-import { RECOVERY_ANNOTATION } from "../shared/api/etcd-cluster.ts";
+import { OLD_LOG_DRAINED_ANNOTATION, RECOVERY_ANNOTATION } from "../shared/api/etcd-cluster.ts";
 import { createEtcdClient } from "../shared/etcd-members.ts";
 import { imageOf, memberPod, newMemberName, peerURL } from "../shared/member-pods.ts";
 import { restoreSeedPod } from "../shared/restore-pods.ts";
@@ -125,7 +125,10 @@ export async function finishRecovery(
   const seedIp = input.observation.pods.find((p) => p.name === seed)?.ip;
   const revision = seedIp ? await revisionOf(`http://${seedIp}:2379`, deps) : "unknown";
   await deps.guard();
-  await deps.kube.annotateCluster(input.cluster, { [RECOVERY_ANNOTATION]: null });
+  await deps.kube.annotateCluster(input.cluster, {
+    [RECOVERY_ANNOTATION]: null,
+    [OLD_LOG_DRAINED_ANNOTATION]: null,
+  });
   return {
     requeueAfterMs: 0,
     event: {
@@ -139,6 +142,14 @@ export async function finishRecovery(
 }
 
 export async function abortRecovery(input: StepInput, deps: StepDeps, message: string): Promise<StepOutcome> {
+  // A seed that cannot get its data would otherwise linger as a pod that never answers, hiding
+  // that every member is lost (and so the restore from a backup).
+  const seed = input.observation.recovery?.seed;
+  const namespace = input.cluster.metadata?.namespace ?? "default";
+  if (seed && input.observation.pods.some((p) => p.name === seed && !p.terminating)) {
+    await deps.guard();
+    await deps.kube.deletePod(namespace, seed);
+  }
   await deps.guard();
   await deps.kube.annotateCluster(input.cluster, { [RECOVERY_ANNOTATION]: null });
   return { requeueAfterMs: 5_000, event: { type: "Warning", reason: "QuorumRecoveryFailed", message } };

@@ -12,7 +12,11 @@
 import { Writable } from "node:stream";
 import { pipeline } from "node:stream/promises";
 import type { V1Pod } from "@kubernetes/client-node";
-import { type EtcdCluster, RESTORE_ANNOTATION } from "../shared/api/etcd-cluster.ts";
+import {
+  type EtcdCluster,
+  OLD_LOG_DRAINED_ANNOTATION,
+  RESTORE_ANNOTATION,
+} from "../shared/api/etcd-cluster.ts";
 import type { EtcdRestore, EtcdRestoreStatus } from "../shared/api/etcd-restore.ts";
 import { validateEtcdClusterSpec } from "../shared/api/validate-etcd-cluster.ts";
 import { createEtcdClient, type EtcdClientOptions } from "../shared/etcd-members.ts";
@@ -294,7 +298,11 @@ export async function restoreStep(restore: EtcdRestore, deps: RestoreDeps): Prom
     );
   }
   await deps.guard();
-  await deps.kube.annotateCluster(cluster, { [RESTORE_ANNOTATION]: null });
+  // The restored members' logs start afresh: a later 3.6 → 3.7 upgrade drains them again.
+  await deps.kube.annotateCluster(cluster, {
+    [RESTORE_ANNOTATION]: null,
+    [OLD_LOG_DRAINED_ANNOTATION]: null,
+  });
   const completed: EtcdRestoreStatus = {
     ...status,
     phase: "Completed",

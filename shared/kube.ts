@@ -240,6 +240,30 @@ export class Kube {
     return found as EtcdRestore | undefined;
   }
 
+  async createRestore(restore: EtcdRestore): Promise<void> {
+    await this.custom.createNamespacedCustomObject({
+      group: GROUP,
+      version: VERSION,
+      namespace: restore.metadata?.namespace ?? "default",
+      plural: RESTORE_PLURAL,
+      body: restore,
+    });
+  }
+
+  async deleteRestore(namespace: string, name: string): Promise<void> {
+    try {
+      await this.custom.deleteNamespacedCustomObject({
+        group: GROUP,
+        version: VERSION,
+        namespace,
+        plural: RESTORE_PLURAL,
+        name,
+      });
+    } catch (error) {
+      if (httpStatusOf(error) !== 404) throw error;
+    }
+  }
+
   async patchRestoreStatus(restore: EtcdRestore, status: EtcdRestoreStatus): Promise<void> {
     await ignoreGoneOrConflict(
       this.custom.patchNamespacedCustomObjectStatus(

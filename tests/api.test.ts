@@ -406,11 +406,11 @@ tap.test("the generated CRDs carry names, subresources and printer columns", asy
   );
   t.same(
     backup?.spec.versions[0]?.additionalPrinterColumns.map((c) => c.name),
-    ["Storage", "Succeeded", "Last Success", "Age"],
+    ["Storage", "Succeeded", "Last Success", "Revision", "Size", "Path", "Age"],
   );
   t.same(
     restore?.spec.versions[0]?.additionalPrinterColumns.map((c) => c.name),
-    ["Cluster", "Succeeded", "Age"],
+    ["Cluster", "Phase", "Succeeded", "Backup", "Age"],
   );
   for (const crd of [backup, restore]) t.same(crd?.spec.versions[0]?.subresources, { status: {} });
   const text = JSON.stringify(crdManifests());

@@ -373,3 +373,44 @@ t.test("bad input gives a clear status and Event and touches nothing", async (t)
   t.same(keysAfter.keys, keysBefore.keys, "and its data is unchanged");
   t.notOk((await getCluster(c, NS, "alpha")).metadata?.annotations?.[RESTORE_ANNOTATION], "no restore mark");
 });
+
+t.test("every member lost: the cluster comes back from its newest backup by itself", async (t) => {
+  const before = await readKeys("alpha");
+  const backup = (await kube.getBackup(NS, "alpha-backup"))?.status;
+  t.ok(backup?.backupPath, `alpha has a backup at ${backup?.backupPath}`);
+  const pods = (await core.listNamespacedPod({ namespace: NS, labelSelector: "etcd_cluster=alpha" })).items;
+  for (const pod of pods) {
+    await core.deleteNamespacedPod({ namespace: NS, name: pod.metadata?.name ?? "", gracePeriodSeconds: 0 });
+  }
+  const restore = await waitFor(
+    "an automatic EtcdRestore of alpha to complete",
+    async () => {
+      const found = await kube.getRestore(NS, "alpha");
+      if (found?.status?.phase === "Failed")
+        throw new Error(`the automatic restore failed: ${found.status.reason}`);
+      return found?.status?.phase === "Completed" ? found : undefined;
+    },
+    {
+      timeoutMs: 180_000,
+      intervalMs: 500,
+      describe: async () => JSON.stringify((await getCluster(c, NS, "alpha")).status?.conditions),
+    },
+  );
+  t.equal(
+    restore.metadata.annotations?.["etcd.database.coreos.com/created-for"],
+    "all-members-lost",
+    "created by the operator",
+  );
+  t.equal(restore.status?.backupPath, backup?.backupPath, "from the newest backup");
+  const events = await eventsOf(c, NS, "EtcdCluster", "alpha");
+  t.ok(
+    events.some(
+      (e) => e.reason === "RestoringFromBackup" && /writes after it are lost/.test(e.message ?? ""),
+    ),
+    "an Event says so, and what is lost",
+  );
+  await waitReady(c, NS, "alpha", 3, 180_000);
+  const after = await readKeys("alpha");
+  t.equal(Object.keys(after.keys).length, KEYS, `all ${KEYS} backed-up keys are back`);
+  t.same(after.keys, before.keys, "with their values");
+});

@@ -12,6 +12,15 @@ import {
   periodicKey,
   restoreCandidate,
 } from "../functions/backup-objects.ts";
+import type { Observation } from "../functions/plan.ts";
+import {
+  AUTO_RESTORE_ANNOTATION,
+  backsUpCluster,
+  latestBackup,
+  restoreFor,
+} from "../functions/restore-from-backup.ts";
+import type { EtcdBackup } from "../shared/api/etcd-backup.ts";
+import type { EtcdCluster, NormalizedSpec } from "../shared/api/etcd-cluster.ts";
 import { SnapshotDigest } from "../shared/etcd-snapshot.ts";
 import { ossCredentialsFromSecret, s3CredentialsFromSecret } from "../shared/object-store/credentials.ts";
 import { ObjectStoreError, splitBucketPath } from "../shared/object-store/types.ts";
@@ -175,4 +184,52 @@ t.test("the restore seed pod restores before etcd starts, with credentials as a 
   t.ok(restore.includes("--initial-cluster=c-abc=http://c-abc.c.default.svc:2380"));
   t.ok(restore.includes("--initial-cluster-token=c-restore-uid"));
   t.equal(pod.spec?.containers[0]?.name, "etcd", "the member container is unchanged");
+});
+
+t.test("all members lost: the newest successful backup of this cluster is found and restored", async (t) => {
+  const backup = (
+    name: string,
+    endpoints: string[],
+    lastSuccessDate?: string,
+    storageType = "S3",
+  ): EtcdBackup =>
+    ({
+      metadata: { name, namespace: "ns" },
+      spec: {
+        etcdEndpoints: endpoints,
+        storageType,
+        s3: { path: "bucket/base", awsSecret: "aws", endpoint: "http://s3:9000", forcePathStyle: true },
+      },
+      status: lastSuccessDate
+        ? { succeeded: true, lastSuccessDate, backupPath: `s3://bucket/${name}.db`, etcdRevision: 7 }
+        : undefined,
+    }) as EtcdBackup;
+  const ours = ["http://c-client:2379"];
+  t.ok(backsUpCluster(backup("a", ["http://c-client:2379"]), "c", "ns"));
+  t.ok(backsUpCluster(backup("a", ["http://c-client.ns.svc:2379"]), "c", "ns"));
+  t.notOk(backsUpCluster(backup("a", ["http://c-client.other.svc:2379"]), "c", "ns"), "another namespace's");
+  t.notOk(backsUpCluster(backup("a", ["http://cc-client:2379"]), "c", "ns"), "another cluster's");
+  const found = latestBackup(
+    [
+      backup("old", ours, "2026-11-29T10:00:00Z"),
+      backup("new", ours, "2026-11-29T12:00:00Z"),
+      backup("never", ours),
+      backup("other", ["http://d-client:2379"], "2026-11-29T13:00:00Z"),
+      backup("gcs", ours, "2026-11-29T14:00:00Z", "GCS"),
+    ],
+    "c",
+    "ns",
+  );
+  t.equal(found?.metadata?.name, "new");
+  const cluster = { metadata: { name: "c", namespace: "ns", uid: "u1" } } as EtcdCluster;
+  const restore = restoreFor(
+    { cluster, spec: {} as NormalizedSpec, observation: {} as Observation },
+    found ?? backup("x", []),
+  );
+  t.equal(restore.metadata.name, "c", "named like the cluster");
+  t.same(restore.spec.etcdCluster, { name: "c" });
+  t.equal(restore.spec.s3?.path, "bucket/new.db", "the very object the backup took");
+  t.equal(restore.spec.s3?.endpoint, "http://s3:9000", "through the backup's store and credentials");
+  t.equal(restore.metadata.ownerReferences?.[0]?.uid, "u1", "owned by the cluster");
+  t.equal(restore.metadata.annotations?.[AUTO_RESTORE_ANNOTATION], "all-members-lost");
 });

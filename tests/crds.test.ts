@@ -308,11 +308,11 @@ await tap.test("the backup and restore examples apply, with columns and status s
     "--subresource=status",
     "--type=merge",
     "-p",
-    '{"status":{"succeeded":false,"reason":"backup not found"}}',
+    '{"status":{"phase":"Failed","succeeded":false,"reason":"backup not found"}}',
   ]);
   const restores = kubectl(["get", "etcdrestore"]);
-  t.same(header(restores), ["NAME", "CLUSTER", "SUCCEEDED", "AGE"]);
-  t.match(restores, /example-etcd-cluster\s+example-etcd-cluster\s+false\s/);
+  t.same(header(restores), ["NAME", "CLUSTER", "PHASE", "SUCCEEDED", "AGE"]);
+  t.match(restores, /example-etcd-cluster\s+example-etcd-cluster\s+Failed\s+false\s/);
 });
 
 await tap.test(

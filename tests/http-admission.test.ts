@@ -91,15 +91,8 @@ t.test("version changes: no downgrade, no minor step the operator does not take 
     versionChangeProblem(["3.7.3"], "3.6.16"),
     /spec.version 3.6.16 is older than etcd 3.7.3, which the cluster runs: downgrades are not done automatically/,
   );
-  t.match(
-    versionChangeProblem(["3.6.16"], "3.7.3"),
-    /^spec.version 3.7.3: upgrading from etcd 3.6 to 3.7 is not supported/,
-  );
-  t.match(
-    versionChangeProblem(["3.5.35"], "3.7.3"),
-    /the way from 3.5.35 to 3.7.3 passes 3.6 → 3.7\): upgrading from etcd 3.6 to 3.7 is not supported/,
-    "a minor skip through a blocked step is refused and says which step",
-  );
+  t.equal(versionChangeProblem(["3.6.16"], "3.7.3"), undefined, "3.6 → 3.7 (the old log is drained first)");
+  t.equal(versionChangeProblem(["3.5.35"], "3.7.3"), undefined, "a minor skip is done one minor at a time");
   // Mid-upgrade some members already run 3.6: going back to 3.5 would leave them there.
   t.match(
     versionChangeProblem(["3.5.35", "3.6.16"], "3.5.35"),

@@ -1,7 +1,7 @@
-// End-to-end: a rolling upgrade 3.5 → 3.6 of a 3-member cluster under continuous writes (one
-// member at a time, the leader last; no acknowledged write lost), then the refusals: 3.6 → 3.7
-// in place (etcd 3.7 crashes on log entries written before 3.6; see functions/plan.ts) and a
-// downgrade. A refusal touches nothing.
+// End-to-end: a rolling upgrade 3.5 → 3.7 of a 3-member cluster under continuous writes, one minor
+// at a time (3.5 → 3.6, the pre-3.6 log drained, 3.6 → 3.7), one member at a time, the leader last,
+// the operator SIGKILLed mid-way; no acknowledged write lost. Then a downgrade, refused and touching
+// nothing.
 import { CustomObjectsApi } from "@kubernetes/client-node";
 import { Etcd3 } from "etcd3";
 import t from "tap";
@@ -48,52 +48,132 @@ async function runningVersions(name: string): Promise<string[]> {
   return statuses.map((s) => (s.ok ? (s.version ?? "?") : "down")).sort();
 }
 
-t.test(`a rolling upgrade ${V35} → ${V36} under writes loses nothing`, async (t) => {
-  await custom.createNamespacedCustomObject({
-    group: GROUP,
-    version: VERSION,
-    namespace: NS,
-    plural: PLURAL,
-    body: {
-      apiVersion: `${GROUP}/${VERSION}`,
-      kind: "EtcdCluster",
-      metadata: { name: "up" },
-      spec: { size: 3, version: V35 },
-    },
-  });
-  await waitFor(
-    "3 members on 3.5",
-    async () => ((await runningVersions("up")).join() === [V35, V35, V35].join() ? true : undefined),
-    {
-      timeoutMs: 60_000,
-    },
-  );
+t.test(
+  `a rolling upgrade ${V35} → ${V37} (through ${V36}) under writes, a worker killed mid-way, loses nothing`,
+  async (t) => {
+    await custom.createNamespacedCustomObject({
+      group: GROUP,
+      version: VERSION,
+      namespace: NS,
+      plural: PLURAL,
+      body: {
+        apiVersion: `${GROUP}/${VERSION}`,
+        kind: "EtcdCluster",
+        metadata: { name: "up" },
+        spec: { size: 3, version: V35 },
+      },
+    });
+    await waitFor(
+      "3 members on 3.5",
+      async () => ((await runningVersions("up")).join() === [V35, V35, V35].join() ? true : undefined),
+      {
+        timeoutMs: 60_000,
+      },
+    );
 
-  // A writer that records every acknowledged write, and the largest gap between two successes.
-  const acknowledged: string[] = [];
-  let stop = false;
-  let lastSuccess = Date.now();
-  let longestGapMs = 0;
-  const writer = (async () => {
-    let i = 0;
-    while (!stop) {
-      const client = new Etcd3({ hosts: await endpoints("up").catch(() => []) });
-      try {
-        const key = `k${i++}`;
-        await client.put(key).value("v");
-        acknowledged.push(key);
-        longestGapMs = Math.max(longestGapMs, Date.now() - lastSuccess);
-        lastSuccess = Date.now();
-      } catch {
-        // Retried with the next key; only acknowledged writes are checked.
-      } finally {
-        client.close();
+    // A writer that records every acknowledged write, and the largest gap between two successes.
+    const acknowledged: string[] = [];
+    let stop = false;
+    let lastSuccess = Date.now();
+    let longestGapMs = 0;
+    const writer = (async () => {
+      let i = 0;
+      while (!stop) {
+        const client = new Etcd3({ hosts: await endpoints("up").catch(() => []) });
+        try {
+          const key = `k${i++}`;
+          await client.put(key).value("v");
+          acknowledged.push(key);
+          longestGapMs = Math.max(longestGapMs, Date.now() - lastSuccess);
+          lastSuccess = Date.now();
+        } catch {
+          // Retried with the next key; only acknowledged writes are checked.
+        } finally {
+          client.close();
+        }
+        await new Promise((r) => setTimeout(r, 50));
       }
-      await new Promise((r) => setTimeout(r, 50));
-    }
-  })();
+    })();
 
-  const seen = new Set<string>();
+    const seen = new Set<string>();
+    await custom.patchNamespacedCustomObject(
+      {
+        group: GROUP,
+        version: VERSION,
+        namespace: NS,
+        plural: PLURAL,
+        name: "up",
+        body: [{ op: "replace", path: "/spec/version", value: V37 }],
+      },
+      JSON_PATCH,
+    );
+    let killed = false;
+    await waitFor(
+      "every member on 3.7",
+      async () => {
+        const versions = await runningVersions("up");
+        seen.add(versions.join(","));
+        // Mid-way (members on two versions), the operator is SIGKILLed and a new one takes over.
+        if (!killed && new Set(versions).size > 1) {
+          killed = true;
+          await processes[0]?.kill("SIGKILL");
+          processes.push(startOperatorProcess(cluster, "all"));
+        }
+        const c = await getCluster("up");
+        const steady = c.status?.conditions?.find((x) => x.type === "Progressing")?.status === "False";
+        return steady && versions.join() === [V37, V37, V37].join() ? c : undefined;
+      },
+      { timeoutMs: 420_000, intervalMs: 300 },
+    );
+    stop = true;
+    await writer;
+
+    t.ok(killed, "the operator was SIGKILLed mid-upgrade and a new one finished it");
+    const mixes = [...seen];
+    t.ok(
+      mixes.every((m) => m.split(",").every((v) => [V35, V36, V37, "down"].includes(v))),
+      `only 3.5, 3.6 and 3.7 ran (${mixes.join(" | ")})`,
+    );
+    t.ok(
+      mixes.every((m) => m.split(",").filter((v) => v === "down").length <= 1),
+      "never more than one member down at a time",
+    );
+    t.notOk(
+      mixes.some((m) => m.includes(V35) && m.includes(V37)),
+      "3.5 and 3.7 never ran side by side: one minor at a time",
+    );
+    const client = new Etcd3({ hosts: await endpoints("up") });
+    let present = 0;
+    for (const key of acknowledged) if ((await client.get(key).string()) === "v") present++;
+    client.close();
+    t.ok(acknowledged.length > 20, `writes went on during the upgrade (${acknowledged.length})`);
+    t.equal(present, acknowledged.length, "every acknowledged write is present");
+    t.ok(longestGapMs < 15_000, `writes never stalled long (longest gap ${longestGapMs} ms)`);
+    const events = await core.listNamespacedEvent({ namespace: NS, fieldSelector: "involvedObject.name=up" });
+    const upgrades = events.items.filter((e) => e.reason === "MemberUpgraded").length;
+    t.equal(upgrades, 6, "one MemberUpgraded Event per member and minor");
+    t.ok(
+      events.items.some((e) => e.reason === "OldLogDrained"),
+      "the pre-3.6 log was drained before the 3.7 step",
+    );
+    t.ok(
+      events.items.some((e) => e.reason === "LeaderMoved"),
+      "leadership was moved before the leader's turn",
+    );
+    const final = await getCluster("up");
+    t.equal(final.status?.currentVersion, V37);
+    t.same(
+      Object.values(final.status?.memberVersions ?? {}),
+      [V37, V37, V37],
+      "status lists each member's version",
+    );
+  },
+);
+
+t.test("a downgrade is refused with a condition and Event, and nothing changes", async (t) => {
+  const before = (
+    await core.listNamespacedPod({ namespace: NS, labelSelector: "etcd_cluster=up" })
+  ).items.map((p) => p.spec?.containers[0]?.image);
   await custom.patchNamespacedCustomObject(
     {
       group: GROUP,
@@ -105,75 +185,18 @@ t.test(`a rolling upgrade ${V35} → ${V36} under writes loses nothing`, async (
     },
     JSON_PATCH,
   );
-  await waitFor(
-    "every member on 3.7",
-    async () => {
-      const versions = await runningVersions("up");
-      seen.add(versions.join(","));
-      const c = await getCluster("up");
-      const steady = c.status?.conditions?.find((x) => x.type === "Progressing")?.status === "False";
-      return steady && versions.join() === [V36, V36, V36].join() ? c : undefined;
-    },
-    { timeoutMs: 240_000, intervalMs: 300 },
-  );
-  stop = true;
-  await writer;
-
-  const mixes = [...seen];
-  t.ok(
-    mixes.every((m) => m.split(",").every((v) => [V35, V36, "down"].includes(v))),
-    `only 3.5 and 3.6 ran (${mixes.join(" | ")})`,
-  );
-  const client = new Etcd3({ hosts: await endpoints("up") });
-  let present = 0;
-  for (const key of acknowledged) if ((await client.get(key).string()) === "v") present++;
-  client.close();
-  t.ok(acknowledged.length > 20, `writes went on during the upgrade (${acknowledged.length})`);
-  t.equal(present, acknowledged.length, "every acknowledged write is present");
-  t.ok(longestGapMs < 15_000, `writes never stalled long (longest gap ${longestGapMs} ms)`);
-  const events = await core.listNamespacedEvent({ namespace: NS, fieldSelector: "involvedObject.name=up" });
-  const upgrades = events.items.filter((e) => e.reason === "MemberUpgraded").length;
-  t.equal(upgrades, 3, "one MemberUpgraded Event per member");
-  t.ok(
-    events.items.some((e) => e.reason === "LeaderMoved"),
-    "leadership was moved before the leader's turn",
-  );
-  const final = await getCluster("up");
-  t.equal(final.status?.currentVersion, V36);
-});
-
-for (const [label, target, pattern] of [
-  ["3.6 → 3.7 in place", V37, /3\.6 to 3\.7/],
-  ["a downgrade", V35, /downgrade/],
-] as const) {
-  t.test(`${label} is refused with a condition and Event, and nothing changes`, async (t) => {
-    const before = (
-      await core.listNamespacedPod({ namespace: NS, labelSelector: "etcd_cluster=up" })
-    ).items.map((p) => p.spec?.containers[0]?.image);
-    await custom.patchNamespacedCustomObject(
-      {
-        group: GROUP,
-        version: VERSION,
-        namespace: NS,
-        plural: PLURAL,
-        name: "up",
-        body: [{ op: "replace", path: "/spec/version", value: target }],
-      },
-      JSON_PATCH,
-    );
-    const refused = await waitFor(`${label} to be refused`, async () => {
-      const c = await getCluster("up");
-      const degraded = c.status?.conditions?.find((x) => x.type === "Degraded");
-      return degraded?.reason === "VersionRefused" && pattern.test(degraded.message ?? "")
-        ? degraded
-        : undefined;
-    });
-    t.match(refused.message ?? "", pattern);
-    await new Promise((r) => setTimeout(r, 3000));
-    const after = (
-      await core.listNamespacedPod({ namespace: NS, labelSelector: "etcd_cluster=up" })
-    ).items.map((p) => p.spec?.containers[0]?.image);
-    t.same(after, before, "no pod was touched");
-    t.same(await runningVersions("up"), [V36, V36, V36]);
+  const refused = await waitFor("the downgrade to be refused", async () => {
+    const c = await getCluster("up");
+    const degraded = c.status?.conditions?.find((x) => x.type === "Degraded");
+    return degraded?.reason === "VersionRefused" && /downgrade/.test(degraded.message ?? "")
+      ? degraded
+      : undefined;
   });
-}
+  t.match(refused.message ?? "", /downgrade/);
+  await new Promise((r) => setTimeout(r, 3000));
+  const after = (await core.listNamespacedPod({ namespace: NS, labelSelector: "etcd_cluster=up" })).items.map(
+    (p) => p.spec?.containers[0]?.image,
+  );
+  t.same(after, before, "no pod was touched");
+  t.same(await runningVersions("up"), [V37, V37, V37]);
+});

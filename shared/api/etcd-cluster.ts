@@ -39,6 +39,11 @@ export const SCOPE_CLUSTERWIDE = "clusterwide";
  * reconcile keeps off the cluster until the restore lifts it.
  */
 export const RESTORE_ANNOTATION = `${GROUP}/restore-in-progress`;
+/**
+ * Set once every member took a snapshot past the log entries written before etcd 3.6 (which 3.7
+ * cannot read); the 3.6 → 3.7 upgrade waits for it. Lifted when a restore or recovery rebuilds the log.
+ */
+export const OLD_LOG_DRAINED_ANNOTATION = `${GROUP}/pre-3.6-log-drained`;
 /** Set while the cluster is rebuilt from a surviving member after losing quorum (JSON, see functions/plan.ts RecoveryMark). */
 export const RECOVERY_ANNOTATION = `${GROUP}/quorum-recovery`;
 
@@ -473,6 +478,12 @@ export const EtcdClusterStatusSchema = Type.Object(
     ),
     currentVersion: Type.Optional(
       Type.String({ description: "The etcd version the cluster runs (the oldest of its members)." }),
+    ),
+    memberVersions: Type.Optional(
+      Type.Record(Type.String(), Type.String(), {
+        description:
+          "The etcd version each member reports it runs, by member (pod) name; during an upgrade, who is done.",
+      }),
     ),
     observedGeneration: Type.Optional(
       Type.Integer({ minimum: 0, description: "The metadata.generation this status was computed from." }),
