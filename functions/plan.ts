@@ -21,9 +21,13 @@
 //     leadership to an upgraded member. Each member is replaced only once every voter is healthy
 //     and runs what its pod says. Downgrades are refused.
 // 10. Fewer voters than spec.size → add one; more → remove one follower (never the leader).
-import type { EtcdCluster, NormalizedSpec } from "../shared/api/etcd-cluster.ts";
+import {
+  ALLOW_DOWNGRADE_ANNOTATION,
+  type EtcdCluster,
+  type NormalizedSpec,
+} from "../shared/api/etcd-cluster.ts";
 import type { EndpointStatus, MemberInfo } from "../shared/etcd-members.ts";
-import { compareVersions, minorOf, upgradePath } from "../shared/etcd-versions.ts";
+import { compareVersions, downgradeProblem, minorOf, upgradePath } from "../shared/etcd-versions.ts";
 import { memberNameFromPeerURL } from "../shared/member-pods.ts";
 
 export interface PodView {
@@ -59,6 +63,8 @@ export interface Observation {
   clusterVersion?: string;
   /** A voter whose pod stays not Ready this long is replaced (crash loop, lost data dir, …). */
   unhealthyGraceMs?: number;
+  /** The user allowed a downgrade (the cluster's allow-downgrade annotation). */
+  allowDowngrade?: boolean;
   /** Every member snapshotted past the log entries written before 3.6 (see drain-old-log). */
   oldLogDrained?: boolean;
   /** A quorum-loss recovery under way (the cluster's recovery annotation). */
@@ -91,6 +97,7 @@ export type Step =
   | { kind: "delete-pod"; name: string; reason: string }
   | { kind: "upgrade-member"; name: string; memberId: string; from: string; to: string }
   | { kind: "drain-old-log" }
+  | { kind: "enable-downgrade"; target: string }
   | { kind: "move-leader"; fromId: string; toId: string; toName: string; reason: string }
   | { kind: "version-refused"; message: string }
   | { kind: "wait"; reason: string; message: string; afterMs: number }
@@ -327,11 +334,19 @@ function planUpgrade(o: Observation, voters: MemberInfo[]): Step | undefined {
   const versions = voters.map((m) => podOf(m)?.version).filter((v): v is string => v !== undefined);
   if (versions.length === 0) return undefined;
   const lowest = [...versions].sort(compareVersions)[0] ?? o.spec.version;
-  const path = upgradePath(lowest, o.spec.version);
-  if (!path.ok) {
-    // A cluster already past spec.version (e.g. spec edited down) is refused, not touched.
-    return { kind: "version-refused", message: path.message };
+  const highest = [...versions].sort(compareVersions).at(-1) ?? o.spec.version;
+  if (compareVersions(highest, o.spec.version) > 0) {
+    // A cluster (or part of it) past spec.version: refused, untouched, unless explicitly allowed.
+    if (o.allowDowngrade) return planDowngrade(o, voters, highest);
+    return {
+      kind: "version-refused",
+      message:
+        `spec.version ${o.spec.version} is older than the running ${highest}: downgrades are not done automatically; ` +
+        `to downgrade one minor version with etcd's downgrade procedure, annotate the cluster ${ALLOW_DOWNGRADE_ANNOTATION}="true"`,
+    };
   }
+  const path = upgradePath(lowest, o.spec.version);
+  if (!path.ok) return { kind: "version-refused", message: path.message };
   const phase = path.steps[0];
   if (!phase) return undefined;
   const blocked = IN_PLACE_BLOCKED.find((b) => minorOf(lowest) === b.from && minorOf(phase) === b.to);
@@ -367,14 +382,53 @@ function planUpgrade(o: Observation, voters: MemberInfo[]): Step | undefined {
   // replays its log from its last snapshot, so every member must first snapshot past them.
   if (minorOf(lowest) === "3.6" && minorOf(phase) === "3.7" && !o.oldLogDrained)
     return { kind: "drain-old-log" };
+  return changeNextMember(o, voters, behind, phase);
+}
+
+/**
+ * An explicitly allowed downgrade, with etcd's procedure: enable it (the leader lowers the cluster
+ * and storage versions), then replace members' images one at a time, followers first.
+ */
+function planDowngrade(o: Observation, voters: MemberInfo[], highest: string): Step | undefined {
+  const target = o.spec.version;
+  const problem = downgradeProblem(highest, target);
+  if (problem) return { kind: "version-refused", message: problem };
+  const byName = new Map(o.pods.map((p) => [p.name, p]));
+  const podOf = (m: MemberInfo) => byName.get(memberPodName(m) ?? "");
+  for (const m of voters) {
+    const pod = podOf(m);
+    const running = o.health.get(pod?.name ?? "")?.version;
+    if (pod?.version && running && running !== pod.version) {
+      return wait(
+        "MemberDowngrading",
+        `waiting for ${pod.name} to run etcd ${pod.version} (runs ${running})`,
+        1000,
+      );
+    }
+  }
+  if (!o.clusterVersion || minorOf(o.clusterVersion) !== minorOf(target)) {
+    return { kind: "enable-downgrade", target };
+  }
+  const ahead = voters.filter((m) => compareVersions(podOf(m)?.version ?? target, target) > 0);
+  if (ahead.length === 0) return undefined;
+  return changeNextMember(o, voters, ahead, target);
+}
+
+/** The next member to move to `phase`: a follower, or the leader last after handing leadership on. */
+function changeNextMember(
+  o: Observation,
+  voters: MemberInfo[],
+  behind: MemberInfo[],
+  phase: string,
+): Step | undefined {
+  const byName = new Map(o.pods.map((p) => [p.name, p]));
+  const podOf = (m: MemberInfo) => byName.get(memberPodName(m) ?? "");
   const leader = leaderId(o);
   const follower = behind.find((m) => m.id !== leader);
   const target = follower ?? behind[0];
   if (!target) return undefined;
   if (!follower && voters.length > 1) {
-    const upgraded = voters.find(
-      (m) => m.id !== target.id && compareVersions(podOf(m)?.version ?? "0.0.0", phase) >= 0,
-    );
+    const upgraded = voters.find((m) => m.id !== target.id && podOf(m)?.version === phase);
     if (upgraded) {
       return {
         kind: "move-leader",

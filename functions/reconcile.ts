@@ -3,6 +3,7 @@
 // Level-triggered and stateless: the job carries only which cluster; running it twice is harmless.
 import type { V1Pod } from "@kubernetes/client-node";
 import {
+  ALLOW_DOWNGRADE_ANNOTATION,
   type EtcdCluster,
   type EtcdClusterStatus,
   type NormalizedSpec,
@@ -22,6 +23,7 @@ import {
 } from "../shared/member-pods.ts";
 import { addMember, createMemberPod } from "./add-member.ts";
 import { drainOldLog } from "./drain-old-log.ts";
+import { enableDowngrade } from "./enable-downgrade.ts";
 import { ensureServices } from "./ensure-services.ts";
 import { majority, memberPodName, type Observation, type PodView, planNextStep, type Step } from "./plan.ts";
 import { promoteMember } from "./promote-member.ts";
@@ -140,6 +142,7 @@ export async function observe(
     hadMembers,
     localMembers,
     oldLogDrained: cluster.metadata?.annotations?.[OLD_LOG_DRAINED_ANNOTATION] === "true",
+    allowDowngrade: cluster.metadata?.annotations?.[ALLOW_DOWNGRADE_ANNOTATION] === "true",
     recovery: parseRecoveryMark(cluster.metadata?.annotations?.[RECOVERY_ANNOTATION]),
   };
 }
@@ -184,6 +187,8 @@ async function runStep(step: Step, input: StepInput, deps: StepDeps): Promise<St
       return upgradeMember(input, deps, step.name, step.from, step.to);
     case "drain-old-log":
       return drainOldLog(input, deps);
+    case "enable-downgrade":
+      return enableDowngrade(input, deps, step.target);
     case "move-leader":
       return moveLeader(input, deps, step.toId, step.toName, step.reason);
     case "version-refused":
@@ -211,6 +216,7 @@ const PROGRESS_REASON: Record<Step["kind"], string> = {
   "upgrade-member": "UpgradingMember",
   "move-leader": "MovingLeader",
   "drain-old-log": "DrainingOldLog",
+  "enable-downgrade": "EnablingDowngrade",
   "version-refused": "VersionRefused",
   steady: "Stable",
 };

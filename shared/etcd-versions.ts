@@ -74,3 +74,24 @@ export function upgradePath(current: string, target: string): UpgradePath {
   steps.push(target);
   return { ok: true, steps };
 }
+
+/**
+ * Whether an explicitly allowed downgrade from `current` to `target` is one etcd can do with its
+ * downgrade API: exactly one minor down, from 3.6 or newer (3.6 is the first release whose
+ * downgrade procedure is supported), to a release we build. undefined when it can; otherwise why not.
+ */
+export function downgradeProblem(current: string, target: string): string | undefined {
+  const from = parseVersion(current);
+  const to = parseVersion(target);
+  if (!from || !to) return `cannot compare versions "${current}" and "${target}"`;
+  if (from[0] !== to[0] || to[1] !== from[1] - 1) {
+    return `etcd downgrades one minor version at a time (${current} → ${from[0]}.${from[1] - 1}.x), not to ${target}`;
+  }
+  if (compareVersions(`${from[0]}.${from[1]}.0`, "3.6.0") < 0) {
+    return `etcd supports downgrades only from 3.6 on, not from ${current}`;
+  }
+  if (!ETCD_VERSIONS.includes(target)) {
+    return `etcd ${target} is not a release this operator runs (have ${ETCD_VERSIONS.join(", ")})`;
+  }
+  return undefined;
+}

@@ -92,6 +92,13 @@ t.test("version changes: no downgrade, no minor step the operator does not take 
     /spec.version 3.6.16 is older than etcd 3.7.3, which the cluster runs: downgrades are not done automatically/,
   );
   t.equal(versionChangeProblem(["3.6.16"], "3.7.3"), undefined, "3.6 → 3.7 (the old log is drained first)");
+  t.equal(versionChangeProblem(["3.7.3"], "3.6.16", true), undefined, "an allowed downgrade by one minor");
+  t.match(versionChangeProblem(["3.7.3"], "3.5.35", true), /one minor version at a time/);
+  t.match(
+    versionChangeProblem(["3.7.3"], "3.6.16"),
+    /allow-downgrade="true"/,
+    "the refusal says how to allow it",
+  );
   t.equal(versionChangeProblem(["3.5.35"], "3.7.3"), undefined, "a minor skip is done one minor at a time");
   // Mid-upgrade some members already run 3.6: going back to 3.5 would leave them there.
   t.match(

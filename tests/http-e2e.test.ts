@@ -378,7 +378,10 @@ t.test("the dashboard loads in headless Chromium after login and shows the clust
     await page.screenshot({ path: join(ARTIFACTS, "dashboard-reconcile-failed.png"), fullPage: true });
     await page.goto(`${baseUrl}/dashboard/queue/etcd-backup?status=failed`);
     await page.getByText("backup/default/manual-backup").first().waitFor({ timeout: 20_000 });
-    await page.getByText(/spec.etcdEndpoints is empty/).first().waitFor({ timeout: 20_000 });
+    await page
+      .getByText(/spec.etcdEndpoints is empty/)
+      .first()
+      .waitFor({ timeout: 20_000 });
     t.pass("the failed backup job is listed with its reason");
     await page.screenshot({ path: join(ARTIFACTS, "dashboard-backup-failed.png"), fullPage: true });
     const png = readFileSync(join(ARTIFACTS, "dashboard-reconcile-failed.png"));

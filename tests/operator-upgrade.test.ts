@@ -11,7 +11,7 @@ import { clientsFor, waitFor } from "../infra/local/kube-wait.ts";
 import { type EtcdCluster, GROUP, PLURAL, VERSION } from "../shared/api/etcd-cluster.ts";
 import { endpointStatuses } from "../shared/etcd-members.ts";
 import { newestPatchOf } from "../shared/etcd-versions.ts";
-import { JSON_PATCH, Kube } from "../shared/kube.ts";
+import { JSON_PATCH, Kube, MERGE_PATCH } from "../shared/kube.ts";
 import { type OperatorProcess, startOperatorProcess } from "./helpers/operator-processes.ts";
 
 const NS = "default";
@@ -199,4 +199,67 @@ t.test("a downgrade is refused with a condition and Event, and nothing changes",
   );
   t.same(after, before, "no pod was touched");
   t.same(await runningVersions("up"), [V37, V37, V37]);
+});
+
+t.test(`an allowed downgrade ${V37} → ${V36} follows etcd's procedure under writes`, async (t) => {
+  const acknowledged: string[] = [];
+  let stop = false;
+  const writer = (async () => {
+    let i = 0;
+    while (!stop) {
+      const client = new Etcd3({ hosts: await endpoints("up").catch(() => []) });
+      try {
+        const key = `d${i++}`;
+        await client.put(key).value("v");
+        acknowledged.push(key);
+      } catch {
+        // Only acknowledged writes are checked.
+      } finally {
+        client.close();
+      }
+      await new Promise((r) => setTimeout(r, 50));
+    }
+  })();
+  // spec.version is already 3.6 (the refused downgrade above); the annotation lets it through.
+  await custom.patchNamespacedCustomObject(
+    {
+      group: GROUP,
+      version: VERSION,
+      namespace: NS,
+      plural: PLURAL,
+      name: "up",
+      body: { metadata: { annotations: { "etcd.database.coreos.com/allow-downgrade": "true" } } },
+    },
+    MERGE_PATCH,
+  );
+  const seen = new Set<string>();
+  await waitFor(
+    "every member on 3.6",
+    async () => {
+      const versions = await runningVersions("up");
+      seen.add(versions.join(","));
+      const c = await getCluster("up");
+      const steady = c.status?.conditions?.find((x) => x.type === "Progressing")?.status === "False";
+      return steady && versions.join() === [V36, V36, V36].join() ? c : undefined;
+    },
+    { timeoutMs: 240_000, intervalMs: 300 },
+  );
+  stop = true;
+  await writer;
+  t.ok(
+    [...seen].every((m) => m.split(",").filter((v) => v === "down").length <= 1),
+    "never more than one member down at a time",
+  );
+  const client = new Etcd3({ hosts: await endpoints("up") });
+  let present = 0;
+  for (const key of acknowledged) if ((await client.get(key).string()) === "v") present++;
+  client.close();
+  t.ok(acknowledged.length > 10, `writes went on during the downgrade (${acknowledged.length})`);
+  t.equal(present, acknowledged.length, "every acknowledged write is present");
+  const events = await core.listNamespacedEvent({ namespace: NS, fieldSelector: "involvedObject.name=up" });
+  t.ok(
+    events.items.some((e) => e.reason === "DowngradeEnabled"),
+    "etcd's downgrade was enabled first",
+  );
+  t.equal((await getCluster("up")).status?.currentVersion, V36);
 });

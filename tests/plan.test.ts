@@ -408,3 +408,47 @@ t.test("a recovery in progress: seed, wait, finish, or give up", async (t) => {
     { kind: "abort-recovery", message: /did not serve within/ },
   );
 });
+
+t.test("a downgrade: refused unless allowed, then etcd's procedure one member at a time", async (t) => {
+  const members = [member("a", "1"), member("b", "2"), member("c", "3")];
+  const o = (versions: string[], target: string, extra: Partial<Observation> = {}) =>
+    observation({
+      size: 3,
+      pods: ["a", "b", "c"].map((n, i) => pod(n, { version: versions[i] })),
+      members,
+      health: new Map(
+        ["a", "b", "c"].map((n, i) => [n, { endpoint: n, ok: true, leaderId: "1", version: versions[i] }]),
+      ),
+      spec: { ...spec(3), version: target },
+      clusterVersion: "3.7.0",
+      ...extra,
+    });
+  const all37 = ["3.7.3", "3.7.3", "3.7.3"];
+  const refused = planNextStep(o(all37, "3.6.16"));
+  t.equal(refused.kind, "version-refused");
+  t.match(
+    refused.kind === "version-refused" ? refused.message : "",
+    /allow-downgrade="true"/,
+    "says how to allow it",
+  );
+  t.same(planNextStep(o(all37, "3.6.16", { allowDowngrade: true })), {
+    kind: "enable-downgrade",
+    target: "3.6.16",
+  });
+  t.same(
+    planNextStep(o(all37, "3.6.16", { allowDowngrade: true, clusterVersion: "3.6.0" })),
+    { kind: "upgrade-member", name: "b", memberId: "2", from: "3.7.3", to: "3.6.16" },
+    "once etcd lowered the cluster version: a follower first",
+  );
+  t.equal(
+    planNextStep(
+      o(["3.7.3", "3.6.16", "3.6.16"], "3.6.16", { allowDowngrade: true, clusterVersion: "3.6.0" }),
+    ).kind,
+    "move-leader",
+    "the leader goes last, after handing leadership to a downgraded member",
+  );
+  const twoMinors = planNextStep(o(all37, "3.5.35", { allowDowngrade: true }));
+  t.match(twoMinors, { kind: "version-refused", message: /one minor version at a time/ });
+  const from35 = planNextStep(o(["3.5.35", "3.5.35", "3.5.35"], "3.4.0", { allowDowngrade: true }));
+  t.equal(from35.kind, "version-refused", "3.5 has no supported downgrade");
+});

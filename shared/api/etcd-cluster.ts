@@ -40,6 +40,11 @@ export const SCOPE_CLUSTERWIDE = "clusterwide";
  */
 export const RESTORE_ANNOTATION = `${GROUP}/restore-in-progress`;
 /**
+ * "true" lets a lower spec.version through: one minor down from 3.6 or newer, with etcd's downgrade
+ * procedure. Without it a downgrade is refused (by the webhook, and by the reconcile).
+ */
+export const ALLOW_DOWNGRADE_ANNOTATION = `${GROUP}/allow-downgrade`;
+/**
  * Set once every member took a snapshot past the log entries written before etcd 3.6 (which 3.7
  * cannot read); the 3.6 → 3.7 upgrade waits for it. Lifted when a restore or recovery rebuilds the log.
  */

@@ -10,8 +10,15 @@
 //   recorded in etcd's member list when they join (coreos did not support changing them either).
 
 import { IN_PLACE_BLOCKED } from "../../../functions/plan.ts";
+import { ALLOW_DOWNGRADE_ANNOTATION } from "../../../shared/api/etcd-cluster.ts";
 import { validateEtcdClusterSpec } from "../../../shared/api/validate-etcd-cluster.ts";
-import { DEFAULT_ETCD_VERSION, minorOf, parseVersion, upgradePath } from "../../../shared/etcd-versions.ts";
+import {
+  DEFAULT_ETCD_VERSION,
+  downgradeProblem,
+  minorOf,
+  parseVersion,
+  upgradePath,
+} from "../../../shared/etcd-versions.ts";
 import { canonicalJson, type Decision, decide, isRecord, type Json, recordAt, show } from "./decision.ts";
 
 export interface ClusterReviewInput {
@@ -55,16 +62,25 @@ const byVersion = (a: string, b: string): number => {
 };
 
 /** Problems with moving from the versions members run to `target`. */
-export function versionChangeProblem(running: string[], target: string): string | undefined {
+export function versionChangeProblem(
+  running: string[],
+  target: string,
+  allowDowngrade = false,
+): string | undefined {
   const known = running.filter((v) => parseVersion(v) !== undefined).sort(byVersion);
   const oldest = known[0];
   const newest = known[known.length - 1];
   if (oldest === undefined || newest === undefined) return undefined;
   if (byVersion(target, newest) < 0) {
+    if (allowDowngrade) {
+      const problem = downgradeProblem(newest, target);
+      return problem ? `spec.version ${target}: ${problem}` : undefined;
+    }
     return (
       `spec.version ${target} is older than etcd ${newest}, which ${known.length > 1 ? "members of " : ""}the ` +
       `cluster run${known.length > 1 ? "" : "s"}: downgrades are not done automatically (etcd needs its own ` +
-      `downgrade procedure, one minor version at a time); keep spec.version at ${newest} or newer`
+      `downgrade procedure, one minor version at a time); keep spec.version at ${newest} or newer, or annotate the ` +
+      `cluster ${ALLOW_DOWNGRADE_ANNOTATION}="true" to downgrade one minor version`
     );
   }
   const path = upgradePath(oldest, target);
@@ -126,7 +142,9 @@ export function reviewEtcdCluster(input: ClusterReviewInput): Decision {
       input.runningVersions && input.runningVersions.length > 0
         ? input.runningVersions
         : [typeof reported === "string" && reported !== "" ? reported : versionOf(oldSpec)];
-    const version = versionChangeProblem(running, validation.spec.version);
+    const annotations = recordAt(recordAt(input.object, "metadata"), "annotations");
+    const allowDowngrade = annotations?.[ALLOW_DOWNGRADE_ANNOTATION] === "true";
+    const version = versionChangeProblem(running, validation.spec.version, allowDowngrade);
     if (version) problems.push(version);
   }
   problems.push(...immutableFieldProblems(oldSpec, spec));
