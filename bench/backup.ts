@@ -24,8 +24,10 @@ import { newestPatchOf } from "../shared/etcd-versions.ts";
 import { Kube } from "../shared/kube.ts";
 import { silentLogger } from "../shared/log.ts";
 import {
+  awsSecretData,
   createBackup,
   createRestore,
+  createSecret,
   fillKeyspace,
   waitBackupOutcome,
   waitRestore,
@@ -51,15 +53,7 @@ const { kc, core } = clientsFor(cluster.kubeconfigPath);
 const c: ClusterClients = { kube: new Kube(kc), core, custom: kc.makeApiClient(CustomObjectsApi) };
 await installCrds(kc);
 await s3.createBucket("bench");
-await core.createNamespacedSecret({
-  namespace: NS,
-  body: {
-    metadata: { name: "aws" },
-    stringData: {
-      credentials: `[default]\naws_access_key_id = ${s3.accessKeyId}\naws_secret_access_key = ${s3.secretAccessKey}\n`,
-    },
-  },
-});
+await createSecret(c, NS, "aws", awsSecretData(s3));
 const operator = await startOperator({
   kc,
   config: loadConfig({ REDIS_URL: cluster.redisUrl, OPERATOR_IMAGE: "localhost/etcd-operator:bench" }),

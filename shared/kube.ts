@@ -57,11 +57,6 @@ export interface EventSubject {
   metadata?: V1ObjectMeta;
 }
 
-/** A status merge patch on one of our custom objects, only while it is still the object we read. */
-function statusPatch(object: EventSubject, status: object): object {
-  return { metadata: { uid: object.metadata?.uid }, status };
-}
-
 export class Kube {
   readonly core: CoreV1Api;
   readonly custom: CustomObjectsApi;
@@ -93,48 +88,16 @@ export class Kube {
   }
 
   async getCluster(namespace: string, name: string): Promise<EtcdCluster | undefined> {
-    const found = await orUndefinedOn404(
-      this.custom.getNamespacedCustomObject({
-        group: GROUP,
-        version: VERSION,
-        namespace,
-        plural: PLURAL,
-        name,
-      }),
-    );
-    return found as EtcdCluster | undefined;
+    return (await this.getCustom(PLURAL, namespace, name)) as EtcdCluster | undefined;
   }
 
   /** Every EtcdCluster in one namespace, or in all namespaces when namespace is undefined. */
   async listClusters(namespace: string | undefined): Promise<EtcdCluster[]> {
-    const list = (
-      namespace
-        ? await this.custom.listNamespacedCustomObject({
-            group: GROUP,
-            version: VERSION,
-            namespace,
-            plural: PLURAL,
-          })
-        : await this.custom.listClusterCustomObject({ group: GROUP, version: VERSION, plural: PLURAL })
-    ) as { items?: EtcdCluster[] };
-    return list.items ?? [];
+    return (await this.listCustom(namespace, PLURAL)) as EtcdCluster[];
   }
 
   async patchClusterStatus(cluster: EtcdCluster, status: EtcdClusterStatus): Promise<void> {
-    await ignoreGoneOrConflict(
-      this.custom.patchNamespacedCustomObjectStatus(
-        {
-          group: GROUP,
-          version: VERSION,
-          namespace: cluster.metadata?.namespace ?? "default",
-          plural: PLURAL,
-          name: cluster.metadata?.name ?? "",
-          // The UID precondition keeps a late step from writing onto a re-created cluster of the same name.
-          body: { metadata: { uid: cluster.metadata?.uid }, status },
-        },
-        MERGE_PATCH,
-      ),
-    );
+    await this.patchCustomStatus(PLURAL, cluster, status);
   }
 
   async listMemberPods(namespace: string, clusterName: string): Promise<V1Pod[]> {
@@ -181,16 +144,7 @@ export class Kube {
   }
 
   async getBackup(namespace: string, name: string): Promise<EtcdBackup | undefined> {
-    const found = await orUndefinedOn404(
-      this.custom.getNamespacedCustomObject({
-        group: GROUP,
-        version: VERSION,
-        namespace,
-        plural: BACKUP_PLURAL,
-        name,
-      }),
-    );
-    return found as EtcdBackup | undefined;
+    return (await this.getCustom(BACKUP_PLURAL, namespace, name)) as EtcdBackup | undefined;
   }
 
   /** Every EtcdBackup in one namespace, or in all namespaces when namespace is undefined. */
@@ -210,34 +164,38 @@ export class Kube {
     ) as { items?: unknown[] };
     return list.items ?? [];
   }
+  private async getCustom(plural: string, namespace: string, name: string): Promise<unknown> {
+    return orUndefinedOn404(
+      this.custom.getNamespacedCustomObject({ group: GROUP, version: VERSION, namespace, plural, name }),
+    );
+  }
 
-  async patchBackupStatus(backup: EtcdBackup, status: EtcdBackupStatus): Promise<void> {
+  /**
+   * A status merge patch on one of our objects. The UID precondition keeps a late write from landing
+   * on a re-created object of the same name; a deleted object or a conflict is no error.
+   */
+  private async patchCustomStatus(plural: string, object: EventSubject, status: object): Promise<void> {
     await ignoreGoneOrConflict(
       this.custom.patchNamespacedCustomObjectStatus(
         {
           group: GROUP,
           version: VERSION,
-          namespace: backup.metadata?.namespace ?? "default",
-          plural: BACKUP_PLURAL,
-          name: backup.metadata?.name ?? "",
-          body: statusPatch(backup, status),
+          namespace: object.metadata?.namespace ?? "default",
+          plural,
+          name: object.metadata?.name ?? "",
+          body: { metadata: { uid: object.metadata?.uid }, status },
         },
         MERGE_PATCH,
       ),
     );
   }
 
+  async patchBackupStatus(backup: EtcdBackup, status: EtcdBackupStatus): Promise<void> {
+    await this.patchCustomStatus(BACKUP_PLURAL, backup, status);
+  }
+
   async getRestore(namespace: string, name: string): Promise<EtcdRestore | undefined> {
-    const found = await orUndefinedOn404(
-      this.custom.getNamespacedCustomObject({
-        group: GROUP,
-        version: VERSION,
-        namespace,
-        plural: RESTORE_PLURAL,
-        name,
-      }),
-    );
-    return found as EtcdRestore | undefined;
+    return (await this.getCustom(RESTORE_PLURAL, namespace, name)) as EtcdRestore | undefined;
   }
 
   async createRestore(restore: EtcdRestore): Promise<void> {
@@ -265,19 +223,7 @@ export class Kube {
   }
 
   async patchRestoreStatus(restore: EtcdRestore, status: EtcdRestoreStatus): Promise<void> {
-    await ignoreGoneOrConflict(
-      this.custom.patchNamespacedCustomObjectStatus(
-        {
-          group: GROUP,
-          version: VERSION,
-          namespace: restore.metadata?.namespace ?? "default",
-          plural: RESTORE_PLURAL,
-          name: restore.metadata?.name ?? "",
-          body: statusPatch(restore, status),
-        },
-        MERGE_PATCH,
-      ),
-    );
+    await this.patchCustomStatus(RESTORE_PLURAL, restore, status);
   }
 
   /** Sets (string) or removes (null) annotations of an EtcdCluster, only while it is the cluster we read. */

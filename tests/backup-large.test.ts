@@ -10,7 +10,13 @@ import { startLocalCluster } from "../infra/local/control-plane.ts";
 import { clientsFor } from "../infra/local/kube-wait.ts";
 import { newestPatchOf } from "../shared/etcd-versions.ts";
 import { Kube } from "../shared/kube.ts";
-import { createBackup, fillKeyspace, waitBackupOutcome } from "./helpers/backups.ts";
+import {
+  awsSecretData,
+  createBackup,
+  createSecret,
+  fillKeyspace,
+  waitBackupOutcome,
+} from "./helpers/backups.ts";
 import { type ClusterClients, createCluster, etcdClient, waitReady } from "./helpers/clusters.ts";
 import { type OperatorProcess, startOperatorProcess } from "./helpers/operator-processes.ts";
 
@@ -27,15 +33,7 @@ const custom = kc.makeApiClient(CustomObjectsApi);
 const c: ClusterClients = { kube: new Kube(kc), core, custom };
 await installCrds(kc);
 await s3.createBucket("big");
-await core.createNamespacedSecret({
-  namespace: NS,
-  body: {
-    metadata: { name: "aws" },
-    stringData: {
-      credentials: `[default]\naws_access_key_id = ${s3.accessKeyId}\naws_secret_access_key = ${s3.secretAccessKey}\n`,
-    },
-  },
-});
+await createSecret(c, NS, "aws", awsSecretData(s3));
 
 const processes: OperatorProcess[] = [
   startOperatorProcess(cluster, "watcher"),

@@ -19,8 +19,10 @@ import { RESTORE_PLURAL } from "../shared/api/etcd-restore.ts";
 import { newestPatchOf } from "../shared/etcd-versions.ts";
 import { Kube } from "../shared/kube.ts";
 import {
+  awsSecretData,
   createBackup,
   createRestore,
+  createSecret,
   deleteCustom,
   eventsOf,
   waitBackupOutcome,
@@ -58,16 +60,12 @@ const oss = await startOssServer({
 });
 t.teardown(() => oss.stop());
 
-async function createSecret(name: string, stringData: Record<string, string>): Promise<void> {
-  await core.createNamespacedSecret({ namespace: NS, body: { metadata: { name }, stringData } });
-}
-const awsFiles = (secret: string) => ({
-  credentials: `[default]\naws_access_key_id = ${s3Store.accessKeyId}\naws_secret_access_key = ${secret}\n`,
-  config: `[default]\nregion = ${s3Store.region}\n`,
+await createSecret(c, NS, "aws", awsSecretData(s3Store));
+await createSecret(c, NS, "aws-wrong", awsSecretData(s3Store, "not-the-secret"));
+await createSecret(c, NS, "oss", {
+  accessKeyID: ossKey.accessKeyId,
+  accessKeySecret: ossKey.accessKeySecret,
 });
-await createSecret("aws", awsFiles(s3Store.secretAccessKey));
-await createSecret("aws-wrong", awsFiles("not-the-secret"));
-await createSecret("oss", { accessKeyID: ossKey.accessKeyId, accessKeySecret: ossKey.accessKeySecret });
 
 // The operator image name maps to this checkout in the process kubelet (restore init containers).
 const processes: OperatorProcess[] = [
@@ -307,7 +305,7 @@ t.test("bad input gives a clear status and Event and touches nothing", async (t)
       message: /refused the credentials/,
     },
   ];
-  await createSecret("oss-wrong", { accessKeyID: ossKey.accessKeyId, accessKeySecret: "wrong" });
+  await createSecret(c, NS, "oss-wrong", { accessKeyID: ossKey.accessKeyId, accessKeySecret: "wrong" });
   const ossCase = cases.find((x) => x.name === "oss-wrong-secret");
   if (ossCase) ossCase.spec = { storageType: "OSS", oss: { ...ossSection("bad/x"), ossSecret: "oss-wrong" } };
   for (const bad of cases) await createBackup(c, NS, bad.name, { etcdEndpoints: endpoints, ...bad.spec });

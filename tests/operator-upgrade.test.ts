@@ -48,6 +48,42 @@ async function runningVersions(name: string): Promise<string[]> {
   return statuses.map((s) => (s.ok ? (s.version ?? "?") : "down")).sort();
 }
 
+/**
+ * A client writing `<prefix><n>` keys every 50 ms until stopped; returns the acknowledged keys and
+ * the longest gap between two acknowledged writes.
+ */
+function startWriter(prefix: string): { stop(): Promise<{ acknowledged: string[]; longestGapMs: number }> } {
+  const acknowledged: string[] = [];
+  let stopped = false;
+  let lastSuccess = Date.now();
+  let longestGapMs = 0;
+  const running = (async () => {
+    let i = 0;
+    while (!stopped) {
+      const client = new Etcd3({ hosts: await endpoints("up").catch(() => []) });
+      try {
+        const key = `${prefix}${i++}`;
+        await client.put(key).value("v");
+        acknowledged.push(key);
+        longestGapMs = Math.max(longestGapMs, Date.now() - lastSuccess);
+        lastSuccess = Date.now();
+      } catch {
+        // Retried with the next key; only acknowledged writes are checked.
+      } finally {
+        client.close();
+      }
+      await new Promise((r) => setTimeout(r, 50));
+    }
+  })();
+  return {
+    async stop() {
+      stopped = true;
+      await running;
+      return { acknowledged, longestGapMs };
+    },
+  };
+}
+
 t.test(
   `a rolling upgrade ${V35} → ${V37} (through ${V36}) under writes, a worker killed mid-way, loses nothing`,
   async (t) => {
@@ -71,29 +107,7 @@ t.test(
       },
     );
 
-    // A writer that records every acknowledged write, and the largest gap between two successes.
-    const acknowledged: string[] = [];
-    let stop = false;
-    let lastSuccess = Date.now();
-    let longestGapMs = 0;
-    const writer = (async () => {
-      let i = 0;
-      while (!stop) {
-        const client = new Etcd3({ hosts: await endpoints("up").catch(() => []) });
-        try {
-          const key = `k${i++}`;
-          await client.put(key).value("v");
-          acknowledged.push(key);
-          longestGapMs = Math.max(longestGapMs, Date.now() - lastSuccess);
-          lastSuccess = Date.now();
-        } catch {
-          // Retried with the next key; only acknowledged writes are checked.
-        } finally {
-          client.close();
-        }
-        await new Promise((r) => setTimeout(r, 50));
-      }
-    })();
+    const writer = startWriter("k");
 
     const seen = new Set<string>();
     await custom.patchNamespacedCustomObject(
@@ -125,8 +139,7 @@ t.test(
       },
       { timeoutMs: 420_000, intervalMs: 300 },
     );
-    stop = true;
-    await writer;
+    const { acknowledged, longestGapMs } = await writer.stop();
 
     t.ok(killed, "the operator was SIGKILLed mid-upgrade and a new one finished it");
     const mixes = [...seen];
@@ -202,24 +215,7 @@ t.test("a downgrade is refused with a condition and Event, and nothing changes",
 });
 
 t.test(`an allowed downgrade ${V37} → ${V36} follows etcd's procedure under writes`, async (t) => {
-  const acknowledged: string[] = [];
-  let stop = false;
-  const writer = (async () => {
-    let i = 0;
-    while (!stop) {
-      const client = new Etcd3({ hosts: await endpoints("up").catch(() => []) });
-      try {
-        const key = `d${i++}`;
-        await client.put(key).value("v");
-        acknowledged.push(key);
-      } catch {
-        // Only acknowledged writes are checked.
-      } finally {
-        client.close();
-      }
-      await new Promise((r) => setTimeout(r, 50));
-    }
-  })();
+  const writer = startWriter("d");
   // spec.version is already 3.6 (the refused downgrade above); the annotation lets it through.
   await custom.patchNamespacedCustomObject(
     {
@@ -244,8 +240,7 @@ t.test(`an allowed downgrade ${V37} → ${V36} follows etcd's procedure under wr
     },
     { timeoutMs: 240_000, intervalMs: 300 },
   );
-  stop = true;
-  await writer;
+  const { acknowledged } = await writer.stop();
   t.ok(
     [...seen].every((m) => m.split(",").filter((v) => v === "down").length <= 1),
     "never more than one member down at a time",

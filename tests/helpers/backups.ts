@@ -142,3 +142,27 @@ export async function fillKeyspace(
   await Promise.all(Array.from({ length: 4 }, worker));
   return count;
 }
+
+/**
+ * The data of the Secret an EtcdBackup's `awsSecret` names (the AWS CLI's files, as coreos
+ * documented) for a store's key; `secret` overrides the secret key (to test a wrong one).
+ */
+export function awsSecretData(
+  store: { accessKeyId: string; secretAccessKey: string; region: string },
+  secret = store.secretAccessKey,
+): Record<string, string> {
+  return {
+    credentials: `[default]\naws_access_key_id = ${store.accessKeyId}\naws_secret_access_key = ${secret}\n`,
+    config: `[default]\nregion = ${store.region}\n`,
+  };
+}
+
+/** Creates a Secret with the given string data. */
+export async function createSecret(
+  c: ClusterClients,
+  namespace: string,
+  name: string,
+  stringData: Record<string, string>,
+): Promise<void> {
+  await c.core.createNamespacedSecret({ namespace, body: { metadata: { name }, stringData } });
+}
