@@ -9,6 +9,7 @@
 // HTTP server when this build has it), applies manifests/examples/example-etcd-cluster.yaml, shows
 // members joining, phase and conditions until the cluster is Available, prints how to use it
 // (etcdctl, kubectl, the HTTP URL), and stops everything on Ctrl-C. Operator logs are pretty-printed.
+import { randomBytes } from "node:crypto";
 import { accessSync, constants, mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { delimiter, join } from "node:path";
@@ -170,11 +171,15 @@ if (interrupted) await shutdown(0);
 
 say("installing the CRDs");
 await installCrds(target.kc);
+// The demo's HTTP API and dashboard take a token made here (or HTTP_STATIC_TOKEN), printed below
+// for the person running it: a local convenience, not how a cluster install authenticates.
+const demoToken = process.env.HTTP_STATIC_TOKEN || randomBytes(24).toString("hex");
 const config = loadConfig({
   ...process.env,
   REDIS_URL: target.redisUrl,
   MY_POD_NAMESPACE: target.namespace,
   LOG_PRETTY: "true",
+  HTTP_STATIC_TOKEN: demoToken,
 });
 const log = createLogger({ level: config.logLevel, pretty: true }).child({ component: "operator" });
 operator = await startOperator({ kc: target.kc, config, log });
@@ -283,7 +288,14 @@ process.stdout.write(
           `  ${kubectl}${ns} exec ${firstPod} -- etcdctl get hello`,
           `  ${kubectl}${ns} exec ${firstPod} -- etcdctl member list -w table`,
         ]),
-    ...(url ? ["", `HTTP API and queue dashboard: ${url}`] : []),
+    ...(url
+      ? [
+          "",
+          `HTTP API: ${url} (OpenAPI at ${url}/openapi.json); the demo's token: ${demoToken}`,
+          `  queue dashboard: ${url}/dashboard/ (log in with the token)`,
+          `  reconcile now:   curl -X POST -H "Authorization: Bearer ${demoToken}" ${url}/v1/namespaces/${target.namespace}/etcdclusters/${name}/reconcile`,
+        ]
+      : []),
     "",
     `The queue (BullMQ) is in Redis at ${target.redisUrl}. Press Ctrl-C to stop everything.`,
     "",
