@@ -76,6 +76,8 @@ const env: Record<string, string> = {
   HTTP_PORT: "0",
 };
 if (process.env.EOP_CACHE) env.EOP_CACHE = process.env.EOP_CACHE;
+// Where instances live must be the same for the demo and for this test's checks.
+if (process.env.EOP_RUN_DIR) env.EOP_RUN_DIR = process.env.EOP_RUN_DIR;
 
 /** `npm run demo` in its own process group (so SIGINT reaches npm, bash and node together, as from a terminal). */
 interface Demo {
@@ -201,7 +203,7 @@ t.test("the printed kubectl commands work with the printed KUBECONFIG and alias"
 });
 
 t.test("the printed HTTP URL answers, when this build has the HTTP server", async (t) => {
-  const line = lines.find((l) => l.startsWith("HTTP API and queue dashboard:"));
+  const line = lines.find((l) => l.startsWith("HTTP API: "));
   if (line === undefined) {
     t.notOk(
       existsSync(`${ROOT}infra/http/server.ts`),
@@ -210,7 +212,18 @@ t.test("the printed HTTP URL answers, when this build has the HTTP server", asyn
     t.pass("the HTTP URL answers", { todo: "the HTTP server (issue 6) is not in this branch yet" });
     return;
   }
-  const url = line.split(/\s+/).at(-1) ?? "";
+  const url = line.split(/\s+/)[2] ?? "";
+  const token = line.split(/\s+/).at(-1) ?? "";
+  t.match(
+    lines.find((l) => l.includes("queue dashboard:")),
+    `${url}/dashboard/`,
+    "the dashboard URL is printed",
+  );
+  const curl = lines.find((l) => l.includes("reconcile now:")) ?? "";
+  t.ok(
+    curl.includes(`Bearer ${token}`) && curl.includes(`${url}/v1/namespaces/`),
+    "so is a manual reconcile",
+  );
   // The server's certificate comes from a CA it made at start-up when TLS is on: do not verify it here.
   const body = execFileSync(
     "node",
@@ -221,6 +234,19 @@ t.test("the printed HTTP URL answers, when this build has the HTTP server", asyn
     },
   );
   t.match(body, /^200 /, `${url}/livez answers 200`);
+  // The printed manual reconcile, as the newcomer would run it (with fetch instead of curl).
+  const target = /(https?:\/\/\S+\/reconcile)/.exec(curl)?.[1] ?? "";
+  const reconcile = execFileSync(
+    "node",
+    [
+      "-e",
+      `fetch(process.argv[1], { method: "POST", headers: { authorization: process.argv[2] } }).then((r) => console.log(r.status))`,
+      target,
+      `Bearer ${token}`,
+    ],
+    { encoding: "utf8", env: { ...env, NODE_TLS_REJECT_UNAUTHORIZED: "0" } },
+  );
+  t.match(reconcile, /^202/, "the printed reconcile command is accepted (202)");
 });
 
 t.test("Ctrl-C stops everything and leaves no process behind", async (t) => {
