@@ -18,9 +18,10 @@ import { Redis } from "ioredis";
 import { installCrds } from "../infra/crds.ts";
 import { startLocalCluster } from "../infra/local/control-plane.ts";
 import { clientsFor, waitFor } from "../infra/local/kube-wait.ts";
-import { GROUP, PLURAL, VERSION } from "../shared/api/etcd-cluster.ts";
 import { newestPatchOf } from "../shared/etcd-versions.ts";
+import { Kube } from "../shared/kube.ts";
 import { RECONCILE_QUEUE, requestReconcile } from "../shared/queue.ts";
+import { type ClusterClients, createCluster } from "../tests/helpers/clusters.ts";
 import { type OperatorProcess, startOperatorProcess } from "../tests/helpers/operator-processes.ts";
 
 const { values } = parseArgs({
@@ -40,7 +41,7 @@ const progress = (line: string) => process.stderr.write(`${line}\n`);
 
 const cluster = await startLocalCluster({ name: "bench-control", log: () => {} });
 const { kc, core } = clientsFor(cluster.kubeconfigPath);
-const custom = kc.makeApiClient(CustomObjectsApi);
+const clients: ClusterClients = { kube: new Kube(kc), core, custom: kc.makeApiClient(CustomObjectsApi) };
 await installCrds(kc);
 const redisUrl = cluster.redisUrl ?? "";
 const redis = new Redis(redisUrl, { maxRetriesPerRequest: null });
@@ -80,17 +81,10 @@ try {
     Array.from({ length: 16 }, async () => {
       while (next < names.length) {
         const index = next++;
-        await custom.createNamespacedCustomObject({
-          group: GROUP,
-          version: VERSION,
-          namespace: NS,
-          plural: PLURAL,
-          body: {
-            apiVersion: `${GROUP}/${VERSION}`,
-            kind: "EtcdCluster",
-            metadata: { name: names[index] },
-            spec: { size: 1, version: newestPatchOf("3.6"), paused: index >= LIVE },
-          },
+        await createCluster(clients, NS, names[index] ?? "", {
+          size: 1,
+          version: newestPatchOf("3.6"),
+          paused: index >= LIVE,
         });
       }
     }),

@@ -12,6 +12,7 @@ import { type EtcdCluster, GROUP, PLURAL, VERSION } from "../shared/api/etcd-clu
 import { endpointStatuses } from "../shared/etcd-members.ts";
 import { newestPatchOf } from "../shared/etcd-versions.ts";
 import { JSON_PATCH, Kube, MERGE_PATCH } from "../shared/kube.ts";
+import { createCluster } from "./helpers/clusters.ts";
 import { type OperatorProcess, startOperatorProcess } from "./helpers/operator-processes.ts";
 
 const NS = "default";
@@ -46,6 +47,18 @@ async function endpoints(name: string): Promise<string[]> {
 async function runningVersions(name: string): Promise<string[]> {
   const statuses = await endpointStatuses(await endpoints(name), { timeoutMs: 2000 });
   return statuses.map((s) => (s.ok ? (s.version ?? "?") : "down")).sort();
+}
+
+/** How many of the keys read back with the value the writer wrote. */
+async function presentCount(keys: string[]): Promise<number> {
+  const client = new Etcd3({ hosts: await endpoints("up") });
+  try {
+    let present = 0;
+    for (const key of keys) if ((await client.get(key).string()) === "v") present++;
+    return present;
+  } finally {
+    client.close();
+  }
 }
 
 /**
@@ -87,18 +100,7 @@ function startWriter(prefix: string): { stop(): Promise<{ acknowledged: string[]
 t.test(
   `a rolling upgrade ${V35} → ${V37} (through ${V36}) under writes, a worker killed mid-way, loses nothing`,
   async (t) => {
-    await custom.createNamespacedCustomObject({
-      group: GROUP,
-      version: VERSION,
-      namespace: NS,
-      plural: PLURAL,
-      body: {
-        apiVersion: `${GROUP}/${VERSION}`,
-        kind: "EtcdCluster",
-        metadata: { name: "up" },
-        spec: { size: 3, version: V35 },
-      },
-    });
+    await createCluster({ kube, core, custom }, NS, "up", { size: 3, version: V35 });
     await waitFor(
       "3 members on 3.5",
       async () => ((await runningVersions("up")).join() === [V35, V35, V35].join() ? true : undefined),
@@ -155,10 +157,7 @@ t.test(
       mixes.some((m) => m.includes(V35) && m.includes(V37)),
       "3.5 and 3.7 never ran side by side: one minor at a time",
     );
-    const client = new Etcd3({ hosts: await endpoints("up") });
-    let present = 0;
-    for (const key of acknowledged) if ((await client.get(key).string()) === "v") present++;
-    client.close();
+    const present = await presentCount(acknowledged);
     t.ok(acknowledged.length > 20, `writes went on during the upgrade (${acknowledged.length})`);
     t.equal(present, acknowledged.length, "every acknowledged write is present");
     t.ok(longestGapMs < 15_000, `writes never stalled long (longest gap ${longestGapMs} ms)`);
@@ -245,10 +244,7 @@ t.test(`an allowed downgrade ${V37} → ${V36} follows etcd's procedure under wr
     [...seen].every((m) => m.split(",").filter((v) => v === "down").length <= 1),
     "never more than one member down at a time",
   );
-  const client = new Etcd3({ hosts: await endpoints("up") });
-  let present = 0;
-  for (const key of acknowledged) if ((await client.get(key).string()) === "v") present++;
-  client.close();
+  const present = await presentCount(acknowledged);
   t.ok(acknowledged.length > 10, `writes went on during the downgrade (${acknowledged.length})`);
   t.equal(present, acknowledged.length, "every acknowledged write is present");
   const events = await core.listNamespacedEvent({ namespace: NS, fieldSelector: "involvedObject.name=up" });
