@@ -14,6 +14,15 @@ export async function upgradeMember(
   to: string,
 ): Promise<StepOutcome> {
   await deps.guard();
+  // Announced before the image changes, under a key of member and version: a worker killed after
+  // the patch would otherwise leave the upgrade unannounced, since the retry sees it done.
+  await deps.kube.event(
+    input.cluster,
+    "Normal",
+    "MemberUpgraded",
+    `upgrading member ${name} from etcd ${from} to ${to}`,
+    { key: `upgrade.${name}.${to}` },
+  );
   await deps.kube.patchPodImage(
     input.cluster.metadata?.namespace ?? "default",
     name,
@@ -23,14 +32,7 @@ export async function upgradeMember(
       [VERSION_ANNOTATION]: to,
     },
   );
-  return {
-    requeueAfterMs: 1_000,
-    event: {
-      type: "Normal",
-      reason: "MemberUpgraded",
-      message: `upgrading member ${name} from etcd ${from} to ${to}`,
-    },
-  };
+  return { requeueAfterMs: 1_000 };
 }
 
 export async function moveLeader(

@@ -275,20 +275,27 @@ export class Kube {
   /**
    * Records a Kubernetes Event on one of our objects (EtcdCluster, EtcdBackup, EtcdRestore); failures
    * to record are not the step's failure.
+   *
+   * With a `key`, the Event's name is derived from it, so recording the same fact twice (a step
+   * retried after its worker died between acting and reporting) counts up one Event instead of
+   * adding a second: steps whose effect must be announced exactly once record before they act.
    */
   async event(
     object: EventSubject,
     type: "Normal" | "Warning",
     reason: string,
     message: string,
+    options: { key?: string } = {},
   ): Promise<void> {
     const namespace = object.metadata?.namespace ?? "default";
+    const suffix = options.key ? eventNameSuffix(options.key) : randomBytes(8).toString("hex");
+    const name = `${object.metadata?.name}.${suffix}`;
     const now = new Date();
     try {
       await this.core.createNamespacedEvent({
         namespace,
         body: {
-          metadata: { name: `${object.metadata?.name}.${randomBytes(8).toString("hex")}`, namespace },
+          metadata: { name, namespace },
           involvedObject: {
             apiVersion: `${GROUP}/${VERSION}`,
             kind: object.kind ?? KIND,
@@ -307,8 +314,30 @@ export class Kube {
           reportingInstance: COMPONENT,
         },
       });
-    } catch {
-      // Events are best effort: losing one must not fail or repeat a step.
+    } catch (err) {
+      if (options.key && httpStatusOf(err) === 409) await this.countEventAgain(namespace, name, now);
+      // Otherwise: Events are best effort; losing one must not fail or repeat a step.
     }
   }
+
+  private async countEventAgain(namespace: string, name: string, now: Date): Promise<void> {
+    try {
+      const existing = await this.core.readNamespacedEvent({ namespace, name });
+      await this.core.patchNamespacedEvent(
+        { namespace, name, body: { count: (existing.count ?? 1) + 1, lastTimestamp: now } },
+        MERGE_PATCH,
+      );
+    } catch {
+      // Best effort, as above.
+    }
+  }
+}
+
+/** A keyed Event's name suffix: lower case, only the characters an object name may hold. */
+function eventNameSuffix(key: string): string {
+  return key
+    .toLowerCase()
+    .replace(/[^a-z0-9.-]+/g, "-")
+    .replace(/^[.-]+|[.-]+$/g, "")
+    .slice(0, 200);
 }
