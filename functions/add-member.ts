@@ -4,11 +4,11 @@
 // member that was never started and `createMemberPod` finishes the job.
 import type { MemberInfo } from "../shared/etcd-members.ts";
 import { addLearner } from "../shared/etcd-members.ts";
-import { memberPod, newMemberName, peerURL } from "../shared/member-pods.ts";
+import { createPodWithClaim, memberPod, newMemberName, peerURL } from "../shared/member-pods.ts";
 import { memberPodName } from "./plan.ts";
 import { memberEndpoints, type StepDeps, type StepInput, type StepOutcome, unlessRefused } from "./step.ts";
 
-function initialCluster(members: MemberInfo[]): { name: string; peerURL: string }[] {
+export function initialCluster(members: MemberInfo[]): { name: string; peerURL: string }[] {
   return members.flatMap((m) => {
     const name = memberPodName(m);
     const url = m.peerURLs[0];
@@ -27,11 +27,14 @@ async function addLearnerAndPod(input: StepInput, deps: StepDeps): Promise<StepO
   await deps.guard();
   const added = await addLearner(
     memberEndpoints(input.observation),
-    peerURL(name, clusterName, namespace),
+    peerURL(name, clusterName, namespace, input.spec.pod.ClusterDomain),
     deps.etcd,
   );
   await deps.guard();
-  await deps.kube.createPod(
+  await createPodWithClaim(
+    deps.kube,
+    input.cluster,
+    input.spec,
     memberPod({
       cluster: input.cluster,
       spec: input.spec,
@@ -52,7 +55,10 @@ async function addLearnerAndPod(input: StepInput, deps: StepDeps): Promise<StepO
 
 export async function createMemberPod(input: StepInput, deps: StepDeps, name: string): Promise<StepOutcome> {
   await deps.guard();
-  await deps.kube.createPod(
+  await createPodWithClaim(
+    deps.kube,
+    input.cluster,
+    input.spec,
     memberPod({
       cluster: input.cluster,
       spec: input.spec,

@@ -11,8 +11,12 @@
 //     finished from the member list recorded on the pods.
 //  3. Pods but nobody answers → wait while members start; after that, quorum is lost.
 //  4. A member added to etcd whose pod was never created → create it (finishes a half-done add).
-//  5. A started member whose pod is gone → remove it from etcd (if quorum allows), then add anew.
-//  6. A pod that is no member → delete it (a removed member, or a pod of an undone add).
+//  5. A started member whose pod is gone → with persistent volumes, when its volume claim survives,
+//     create its pod again on it (same name, same member ID, its data); else remove it from etcd
+//     (if quorum allows), then add anew. While etcd cannot answer (every pod gone, say), members
+//     with a surviving claim come back first, before anything is called lost.
+//  6. A pod that is no member → delete it (a removed member, or a pod of an undone add); then the
+//     claim of a member that is no more → delete it.
 //  7. A learner whose pod is Ready → promote it; etcd refuses while it lags, so we retry.
 //  8. A voter whose pod stays not Ready past a grace period (crash loop, lost data dir) is
 //     removed, to be replaced, when quorum allows; while any voter is unhealthy, do not scale.
@@ -46,6 +50,14 @@ export interface PodView {
   createdAtMs: number;
 }
 
+/** A member's PersistentVolumeClaim (persistent storage only). */
+export interface ClaimView {
+  name: string;
+  /** The member (pod) whose data it holds. */
+  member: string;
+  terminating: boolean;
+}
+
 export interface Observation {
   nowMs: number;
   cluster: EtcdCluster;
@@ -55,6 +67,8 @@ export interface Observation {
   services: { peer: boolean; client: boolean; budget?: boolean };
   /** undefined when no member endpoint answered. */
   members?: MemberInfo[];
+  /** The members' PersistentVolumeClaims; undefined when the cluster keeps data in emptyDirs. */
+  claims?: ClaimView[];
   /** Health of each pod's client endpoint, by pod name. */
   health: Map<string, EndpointStatus>;
   /** The cluster was formed before (status recorded members): losing every pod is data loss. */
@@ -95,6 +109,8 @@ export type Step =
   | { kind: "promote-member"; name: string; memberId: string }
   | { kind: "remove-member"; name: string; memberId: string; reason: "scale-down" | "dead" }
   | { kind: "delete-pod"; name: string; reason: string }
+  | { kind: "restart-member"; name: string }
+  | { kind: "delete-claim"; name: string; member: string }
   | { kind: "upgrade-member"; name: string; memberId: string; from: string; to: string }
   | { kind: "drain-old-log" }
   | { kind: "enable-downgrade"; target: string }
@@ -193,6 +209,23 @@ function recoveryFromSurvivor(o: Observation, voters: MemberInfo[]): Step | unde
   };
 }
 
+/** Every member name the cluster is known to have: etcd's list when it answers, else the last status. */
+function knownMemberNames(o: Observation): Set<string> {
+  const status = o.cluster.status?.members;
+  const names = [...(status?.ready ?? []), ...(status?.unready ?? [])];
+  for (const member of o.localMembers ?? []) {
+    const pod = memberPodName(member);
+    if (pod) names.push(pod);
+  }
+  return new Set(names);
+}
+
+/** Claims of `members` that survive (not being deleted) while their member's pod is gone. */
+function claimsWithoutPods(o: Observation, members: Set<string>): ClaimView[] {
+  const podNames = new Set(o.pods.map((p) => p.name));
+  return (o.claims ?? []).filter((c) => !c.terminating && members.has(c.member) && !podNames.has(c.member));
+}
+
 export function planNextStep(o: Observation): Step {
   if (!o.services.peer || !o.services.client || o.services.budget === false)
     return { kind: "ensure-services" };
@@ -202,6 +235,9 @@ export function planNextStep(o: Observation): Step {
   const liveByName = new Map(live.map((p) => [p.name, p]));
 
   if (o.members === undefined) {
+    // Members whose pods are gone but whose data survives come back before anything else is decided.
+    const returning = claimsWithoutPods(o, knownMemberNames(o));
+    if (returning[0]) return { kind: "restart-member", name: returning[0].member };
     if (live.length === 0) {
       if (o.pods.length > 0) return wait("PodsTerminating", "waiting for old member pods to terminate", 1000);
       return o.hadMembers ? { kind: "all-members-lost" } : { kind: "seed" };
@@ -238,10 +274,20 @@ export function planNextStep(o: Observation): Step {
     }
   }
 
-  // 5. A started member whose pod is gone: remove it, if quorum allows.
+  // 5. A started member whose pod is gone: back on its volume; else remove it, if quorum allows.
+  const returning = claimsWithoutPods(o, new Set(members.map(memberPodName).filter((n) => n !== undefined)));
+  if (returning[0]) return { kind: "restart-member", name: returning[0].member };
   for (const member of members) {
     const pod = memberPodName(member);
     if (!member.name || (pod && liveByName.has(pod))) continue;
+    if (o.claims?.some((c) => c.member === pod && !c.terminating)) {
+      // Its old pod is still terminating; the member comes back on its volume once it is gone.
+      return wait(
+        "MemberRestarting",
+        `waiting for the old pod of member ${pod} to go before it restarts`,
+        1000,
+      );
+    }
     const remainingVoters = member.isLearner ? voters.length : voters.length - 1;
     if (healthyVoters.length >= majority(remainingVoters) || member.isLearner) {
       return { kind: "remove-member", name: pod ?? member.id, memberId: member.id, reason: "dead" };
@@ -259,6 +305,13 @@ export function planNextStep(o: Observation): Step {
   for (const pod of live) {
     if (!memberPods.has(pod.name))
       return { kind: "delete-pod", name: pod.name, reason: "it is not a member of the etcd cluster" };
+  }
+
+  // 6b. Claims of members that are no more (removed, or replaced after their data went bad).
+  for (const claim of o.claims ?? []) {
+    if (!claim.terminating && !memberPods.has(claim.member) && !liveByName.has(claim.member)) {
+      return { kind: "delete-claim", name: claim.name, member: claim.member };
+    }
   }
 
   // 7. Learners: promote once ready.

@@ -1,7 +1,7 @@
 // The reconcile function: re-read the world for one EtcdCluster (CR, pods, Services, etcd's
 // member list and health), pick ONE next step with the planner, run it, and write status.
 // Level-triggered and stateless: the job carries only which cluster; running it twice is harmless.
-import type { V1Pod } from "@kubernetes/client-node";
+import type { V1PersistentVolumeClaim, V1Pod } from "@kubernetes/client-node";
 import {
   ALLOW_DOWNGRADE_ANNOTATION,
   type EtcdCluster,
@@ -19,13 +19,24 @@ import {
   BOOTSTRAP_ANNOTATION,
   CLIENT_PORT,
   clientServiceName,
+  MEMBER_LABEL,
+  memberNameOfClaim,
   VERSION_ANNOTATION,
 } from "../shared/member-pods.ts";
 import { addMember, createMemberPod } from "./add-member.ts";
 import { drainOldLog } from "./drain-old-log.ts";
 import { enableDowngrade } from "./enable-downgrade.ts";
 import { ensureServices } from "./ensure-services.ts";
-import { majority, memberPodName, type Observation, type PodView, planNextStep, type Step } from "./plan.ts";
+import { deleteMemberClaim, restartMember } from "./member-volumes.ts";
+import {
+  type ClaimView,
+  majority,
+  memberPodName,
+  type Observation,
+  type PodView,
+  planNextStep,
+  type Step,
+} from "./plan.ts";
 import { promoteMember } from "./promote-member.ts";
 import {
   abortRecovery,
@@ -69,6 +80,12 @@ function podView(pod: V1Pod, nowMs: number): PodView {
   };
 }
 
+function claimView(claim: V1PersistentVolumeClaim): ClaimView[] {
+  const name = claim.metadata?.name ?? "";
+  const member = claim.metadata?.labels?.[MEMBER_LABEL] ?? memberNameOfClaim(name);
+  return member ? [{ name, member, terminating: claim.metadata?.deletionTimestamp !== undefined }] : [];
+}
+
 /** etcd's cluster version from a member's /version endpoint ({"etcdcluster": "3.6.0"}). */
 async function fetchClusterVersion(endpoint: string, timeoutMs: number): Promise<string | undefined> {
   try {
@@ -87,11 +104,14 @@ export async function observe(
 ): Promise<Observation> {
   const namespace = cluster.metadata?.namespace ?? "default";
   const name = cluster.metadata?.name ?? "";
-  const [pods, peer, client, budget] = await Promise.all([
+  const [pods, peer, client, budget, claims] = await Promise.all([
     deps.kube.listMemberPods(namespace, name),
     deps.kube.getService(namespace, name),
     deps.kube.getService(namespace, clientServiceName(name)),
     deps.kube.getPodDisruptionBudget(namespace, name),
+    // Listed before the member list is read: a claim is made after its member is added to etcd,
+    // so every claim seen here belongs to a member that list will show (or to one that is gone).
+    spec.pod.persistentVolumeClaimSpec ? deps.kube.listMemberClaims(namespace, name) : undefined,
   ]);
   const nowMs = Date.now();
   const views = pods.map((pod) => podView(pod, nowMs));
@@ -138,6 +158,7 @@ export async function observe(
       budget: budget?.spec?.minAvailable === majority(spec.size),
     },
     members,
+    claims: claims?.flatMap((claim) => claimView(claim)),
     health,
     hadMembers,
     localMembers,
@@ -166,6 +187,10 @@ async function runStep(step: Step, input: StepInput, deps: StepDeps): Promise<St
       return removeMember(input, deps, step.name, step.memberId, step.reason);
     case "delete-pod":
       return deleteMemberPod(input, deps, step.name, step.reason);
+    case "restart-member":
+      return restartMember(input, deps, step.name);
+    case "delete-claim":
+      return deleteMemberClaim(input, deps, step.name, step.member);
     case "wait":
       return { requeueAfterMs: step.afterMs };
     case "quorum-lost":
@@ -206,6 +231,8 @@ const PROGRESS_REASON: Record<Step["kind"], string> = {
   "promote-member": "PromotingMember",
   "remove-member": "RemovingMember",
   "delete-pod": "CleaningUp",
+  "restart-member": "RestartingMember",
+  "delete-claim": "CleaningUp",
   wait: "Waiting",
   "quorum-lost": "QuorumLost",
   "all-members-lost": "AllMembersLost",

@@ -11,7 +11,7 @@
 import { randomBytes } from "node:crypto";
 import { OLD_LOG_DRAINED_ANNOTATION, RECOVERY_ANNOTATION } from "../shared/api/etcd-cluster.ts";
 import { createEtcdClient } from "../shared/etcd-members.ts";
-import { imageOf, memberPod, newMemberName, peerURL } from "../shared/member-pods.ts";
+import { createPodWithClaim, imageOf, memberPod, newMemberName, peerURL } from "../shared/member-pods.ts";
 import { restoreSeedPod } from "../shared/restore-pods.ts";
 import type { RecoveryMark } from "./plan.ts";
 import type { StepDeps, StepInput, StepOutcome } from "./step.ts";
@@ -71,7 +71,7 @@ export async function createRecoverySeed(
 ): Promise<StepOutcome> {
   const namespace = input.cluster.metadata?.namespace ?? "default";
   const clusterName = input.cluster.metadata?.name ?? "";
-  const url = peerURL(seed, clusterName, namespace);
+  const url = peerURL(seed, clusterName, namespace, input.spec.pod.ClusterDomain);
   const pod = restoreSeedPod({
     pod: memberPod({
       cluster: input.cluster,
@@ -88,7 +88,7 @@ export async function createRecoverySeed(
     clusterToken: `${clusterName}-recovery-${randomBytes(4).toString("hex")}`,
   });
   await deps.guard();
-  await deps.kube.createPod(pod);
+  await createPodWithClaim(deps.kube, input.cluster, input.spec, pod);
   return {
     requeueAfterMs: 1_000,
     event: {

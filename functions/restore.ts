@@ -23,7 +23,7 @@ import { createEtcdClient, type EtcdClientOptions } from "../shared/etcd-members
 import { SnapshotDigest } from "../shared/etcd-snapshot.ts";
 import type { Kube } from "../shared/kube.ts";
 import type { Logger } from "../shared/log.ts";
-import { imageOf, memberPod, newMemberName, peerURL } from "../shared/member-pods.ts";
+import { createPodWithClaim, imageOf, memberPod, newMemberName, peerURL } from "../shared/member-pods.ts";
 import { type ObjectStore, ObjectStoreError, openStore } from "../shared/object-store/index.ts";
 import { type RestoreSource, restoreSeedPod } from "../shared/restore-pods.ts";
 import { type BackupMetadata, META_SUFFIX, restoreCandidate } from "./backup-objects.ts";
@@ -250,7 +250,7 @@ export async function restoreStep(restore: EtcdRestore, deps: RestoreDeps): Prom
   let pod = await deps.kube.getPod(namespace, seedMember);
   if (!pod) {
     await deps.guard();
-    const memberPeerURL = peerURL(seedMember, clusterName, namespace);
+    const memberPeerURL = peerURL(seedMember, clusterName, namespace, spec.pod.ClusterDomain);
     const base = memberPod({
       cluster,
       spec,
@@ -267,7 +267,7 @@ export async function restoreStep(restore: EtcdRestore, deps: RestoreDeps): Prom
       peerURL: memberPeerURL,
       clusterToken: `${clusterName}-restore-${uid}`,
     });
-    await deps.kube.createPod(pod);
+    await createPodWithClaim(deps.kube, cluster, spec, pod);
     await deps.kube.event(
       cluster,
       "Normal",

@@ -3,14 +3,23 @@
 // is no data yet, and one round of pod starts instead of one learner join per member (each join
 // costs etcd's 5-second reconfiguration guard). Every pod records the full member list, so a
 // bootstrap cut short by a killed worker is finished with the same names, never a second cluster.
-import { BOOTSTRAP_ANNOTATION, memberPod, newMemberName, peerURL } from "../shared/member-pods.ts";
+import {
+  BOOTSTRAP_ANNOTATION,
+  createPodWithClaim,
+  memberPod,
+  newMemberName,
+  peerURL,
+} from "../shared/member-pods.ts";
 import type { StepDeps, StepInput, StepOutcome } from "./step.ts";
 
 export async function seed(input: StepInput, deps: StepDeps, planned?: string[]): Promise<StepOutcome> {
   const namespace = input.cluster.metadata?.namespace ?? "default";
   const clusterName = input.cluster.metadata?.name ?? "";
   const names = planned ?? Array.from({ length: input.spec.size }, () => newMemberName(clusterName));
-  const initialCluster = names.map((name) => ({ name, peerURL: peerURL(name, clusterName, namespace) }));
+  const initialCluster = names.map((name) => ({
+    name,
+    peerURL: peerURL(name, clusterName, namespace, input.spec.pod.ClusterDomain),
+  }));
   const existing = new Set(input.observation.pods.map((p) => p.name));
   for (const name of names) {
     if (existing.has(name)) continue;
@@ -20,7 +29,7 @@ export async function seed(input: StepInput, deps: StepDeps, planned?: string[])
       ...pod.metadata,
       annotations: { ...pod.metadata?.annotations, [BOOTSTRAP_ANNOTATION]: names.join(",") },
     };
-    await deps.kube.createPod(pod);
+    await createPodWithClaim(deps.kube, input.cluster, input.spec, pod);
   }
   return {
     requeueAfterMs: 500,

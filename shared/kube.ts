@@ -10,6 +10,7 @@ import {
   setHeaderOptions,
   type V1ObjectMeta,
   type V1OwnerReference,
+  type V1PersistentVolumeClaim,
   type V1Pod,
   type V1PodDisruptionBudget,
   type V1Service,
@@ -109,6 +110,32 @@ export class Kube {
     await ignoreConflict(
       this.core.createNamespacedPod({ namespace: pod.metadata?.namespace ?? "default", body: pod }),
     );
+  }
+
+  async createClaim(claim: V1PersistentVolumeClaim): Promise<void> {
+    await ignoreConflict(
+      this.core.createNamespacedPersistentVolumeClaim({
+        namespace: claim.metadata?.namespace ?? "default",
+        body: claim,
+      }),
+    );
+  }
+
+  /** The PersistentVolumeClaims holding the data of a cluster's members (see memberClaim). */
+  async listMemberClaims(namespace: string, clusterName: string): Promise<V1PersistentVolumeClaim[]> {
+    const list = await this.core.listNamespacedPersistentVolumeClaim({
+      namespace,
+      labelSelector: memberSelector(clusterName),
+    });
+    return list.items;
+  }
+
+  async deleteClaim(namespace: string, name: string): Promise<void> {
+    try {
+      await this.core.deleteNamespacedPersistentVolumeClaim({ namespace, name });
+    } catch (error) {
+      if (httpStatusOf(error) !== 404) throw error;
+    }
   }
 
   async deletePod(namespace: string, name: string): Promise<void> {

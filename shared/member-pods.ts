@@ -8,15 +8,23 @@ import type {
   V1Container,
   V1EnvVar,
   V1ObjectMeta,
+  V1PersistentVolumeClaim,
+  V1PersistentVolumeClaimSpec,
   V1Pod,
   V1PodDisruptionBudget,
   V1PodSecurityContext,
   V1ResourceRequirements,
   V1Service,
   V1Toleration,
+  V1Volume,
 } from "@kubernetes/client-node";
-import type { EtcdCluster, NormalizedSpec } from "./api/etcd-cluster.ts";
-import { memberLabels, ownerReference } from "./kube.ts";
+import {
+  DEFAULT_BUSYBOX_IMAGE,
+  type EtcdCluster,
+  type NormalizedSpec,
+  type PodPolicy,
+} from "./api/etcd-cluster.ts";
+import { type Kube, memberLabels, ownerReference } from "./kube.ts";
 
 export const CLIENT_PORT = 2379;
 export const PEER_PORT = 2380;
@@ -24,6 +32,8 @@ export const DATA_DIR = "/var/etcd/data";
 export const VERSION_ANNOTATION = "etcd.version";
 /** On each pod of a bootstrap: every member name of that bootstrap, comma-separated. */
 export const BOOTSTRAP_ANNOTATION = "etcd.database.coreos.com/bootstrap-members";
+/** On a member's PersistentVolumeClaim: the member (pod) name it holds the data of. */
+export const MEMBER_LABEL = "etcd_member";
 
 const ALPHABET = "bcdfghjklmnpqrstvwxz2456789";
 
@@ -35,16 +45,41 @@ export function newMemberName(clusterName: string): string {
   return `${clusterName}-${suffix}`;
 }
 
-export function memberHost(name: string, clusterName: string, namespace: string): string {
-  return `${name}.${clusterName}.${namespace}.svc`;
+/**
+ * `<pod>.<cluster>.<ns>.svc`, with spec.pod.ClusterDomain appended when given (".cluster.local" and
+ * "cluster.local" both give `….svc.cluster.local`).
+ */
+export function memberHost(name: string, clusterName: string, namespace: string, clusterDomain = ""): string {
+  const domain = clusterDomain.replace(/^\./, "");
+  return `${name}.${clusterName}.${namespace}.svc${domain ? `.${domain}` : ""}`;
 }
 
-export function peerURL(name: string, clusterName: string, namespace: string): string {
-  return `http://${memberHost(name, clusterName, namespace)}:${PEER_PORT}`;
+export function peerURL(
+  name: string,
+  clusterName: string,
+  namespace: string,
+  clusterDomain?: string,
+): string {
+  return `http://${memberHost(name, clusterName, namespace, clusterDomain)}:${PEER_PORT}`;
 }
 
-export function clientURL(name: string, clusterName: string, namespace: string): string {
-  return `http://${memberHost(name, clusterName, namespace)}:${CLIENT_PORT}`;
+export function clientURL(
+  name: string,
+  clusterName: string,
+  namespace: string,
+  clusterDomain?: string,
+): string {
+  return `http://${memberHost(name, clusterName, namespace, clusterDomain)}:${CLIENT_PORT}`;
+}
+
+/** The PersistentVolumeClaim holding a member's data dir when spec.pod.persistentVolumeClaimSpec is set (coreos's name). */
+export function memberClaimName(memberName: string): string {
+  return `${memberName}-pvc`;
+}
+
+/** The member a claim made by memberClaimName belongs to. */
+export function memberNameOfClaim(claimName: string): string | undefined {
+  return claimName.endsWith("-pvc") ? claimName.slice(0, -"-pvc".length) : undefined;
 }
 
 export function clientServiceName(clusterName: string): string {
@@ -76,21 +111,101 @@ export interface MemberPodInput {
 function etcdCommand(input: MemberPodInput): string[] {
   const namespace = input.cluster.metadata?.namespace ?? "default";
   const clusterName = input.cluster.metadata?.name ?? "";
+  const domain = input.spec.pod.ClusterDomain;
   const args = [
     "/usr/local/bin/etcd",
     `--name=${input.name}`,
     `--data-dir=${DATA_DIR}`,
     `--listen-client-urls=http://0.0.0.0:${CLIENT_PORT}`,
-    `--advertise-client-urls=${clientURL(input.name, clusterName, namespace)}`,
+    `--advertise-client-urls=${clientURL(input.name, clusterName, namespace, domain)}`,
     `--listen-peer-urls=http://0.0.0.0:${PEER_PORT}`,
-    `--initial-advertise-peer-urls=${peerURL(input.name, clusterName, namespace)}`,
+    `--initial-advertise-peer-urls=${peerURL(input.name, clusterName, namespace, domain)}`,
     `--initial-cluster=${input.initialCluster.map((m) => `${m.name}=${m.peerURL}`).join(",")}`,
     `--initial-cluster-state=${input.state}`,
   ];
   // The token only matters when a cluster is born; the cluster's UID makes it unique.
   if (input.state === "new")
     args.push(`--initial-cluster-token=${input.cluster.metadata?.uid ?? clusterName}`);
+  // The user's extra flags come last; the validator refused any the operator owns.
+  args.push(...(input.spec.pod.etcdArgs ?? []));
   return args;
+}
+
+/**
+ * coreos's check-dns init container: etcd exits when its own peer URL does not resolve yet, so the
+ * pod waits for its DNS name first (forever, or DNSTimeoutInSecond). The host name reaches the shell
+ * as a variable, never spliced into the script.
+ */
+function dnsWaitContainer(input: MemberPodInput): V1Container {
+  const namespace = input.cluster.metadata?.namespace ?? "default";
+  const clusterName = input.cluster.metadata?.name ?? "";
+  const policy = input.spec.pod;
+  return {
+    name: "check-dns",
+    image: policy.busyboxImage ?? DEFAULT_BUSYBOX_IMAGE,
+    command: [
+      "/bin/sh",
+      "-c",
+      [
+        'left="$TIMEOUT_SECONDS"',
+        'until nslookup "$MEMBER_HOST" >/dev/null 2>&1; do',
+        '  if [ "$TIMEOUT_SECONDS" -gt 0 ]; then',
+        "    left=$((left - 1))",
+        '    if [ "$left" -le 0 ]; then echo "timed out waiting for DNS name $MEMBER_HOST" >&2; exit 1; fi',
+        "  fi",
+        "  sleep 1",
+        "done",
+      ].join("\n"),
+    ],
+    env: [
+      { name: "MEMBER_HOST", value: memberHost(input.name, clusterName, namespace, policy.ClusterDomain) },
+      { name: "TIMEOUT_SECONDS", value: String(policy.DNSTimeoutInSecond ?? 0) },
+    ],
+  };
+}
+
+/**
+ * The user's affinity as given; else coreos's `antiAffinity: true` (never two members on one node);
+ * else a preference for different nodes, so that with several nodes one node's loss costs one member.
+ */
+function memberAffinity(policy: PodPolicy, clusterName: string): V1Affinity {
+  if (policy.affinity) return policy.affinity as V1Affinity;
+  const term = {
+    labelSelector: { matchLabels: memberLabels(clusterName) },
+    topologyKey: "kubernetes.io/hostname",
+  };
+  if (policy.antiAffinity)
+    return { podAntiAffinity: { requiredDuringSchedulingIgnoredDuringExecution: [term] } };
+  return {
+    podAntiAffinity: {
+      preferredDuringSchedulingIgnoredDuringExecution: [{ weight: 100, podAffinityTerm: term }],
+    },
+  };
+}
+
+/** The member's data volume: its own claim when the spec asks for persistent storage, else an emptyDir. */
+function dataVolume(input: MemberPodInput): V1Volume {
+  return input.spec.pod.persistentVolumeClaimSpec
+    ? { name: "etcd-data", persistentVolumeClaim: { claimName: memberClaimName(input.name) } }
+    : { name: "etcd-data", emptyDir: {} };
+}
+
+/** The claim for a member's data, owned by the cluster (so deleting the cluster deletes it). */
+export function memberClaim(
+  cluster: EtcdCluster,
+  spec: NormalizedSpec,
+  memberName: string,
+): V1PersistentVolumeClaim {
+  const claimSpec = spec.pod.persistentVolumeClaimSpec as V1PersistentVolumeClaimSpec | undefined;
+  return {
+    apiVersion: "v1",
+    kind: "PersistentVolumeClaim",
+    metadata: {
+      ...ownedMetadata(cluster, memberClaimName(memberName)),
+      labels: { ...memberLabels(cluster.metadata?.name ?? ""), [MEMBER_LABEL]: memberName },
+    },
+    spec: { accessModes: ["ReadWriteOnce"], ...claimSpec },
+  };
 }
 
 export function memberPod(input: MemberPodInput): V1Pod {
@@ -141,13 +256,15 @@ export function memberPod(input: MemberPodInput): V1Pod {
       restartPolicy: "Always",
       terminationGracePeriodSeconds: 30,
       automountServiceAccountToken: false,
+      initContainers: [dnsWaitContainer(input)],
       containers: [container],
-      volumes: [{ name: "etcd-data", emptyDir: {} }],
+      volumes: [dataVolume(input)],
       nodeSelector: policy.nodeSelector,
       // Embedded Kubernetes types are kept as-is by the CRD schema; the API server validates them here.
       tolerations: policy.tolerations as V1Toleration[] | undefined,
       securityContext: policy.securityContext as V1PodSecurityContext | undefined,
-      affinity: policy.affinity as V1Affinity | undefined,
+      affinity: memberAffinity(policy, clusterName),
+      priorityClassName: policy.priorityClassName,
     },
   };
 }
@@ -204,4 +321,19 @@ export function quorumBudget(cluster: EtcdCluster, size: number): V1PodDisruptio
     metadata: ownedMetadata(cluster, clusterName),
     spec: { minAvailable: Math.floor(size / 2) + 1, selector: { matchLabels: memberLabels(clusterName) } },
   };
+}
+
+/**
+ * Creates a member's pod, and first its data claim when the cluster keeps data on persistent volumes
+ * (a claim that exists already, as when a member comes back to its volume, is kept).
+ */
+export async function createPodWithClaim(
+  kube: Kube,
+  cluster: EtcdCluster,
+  spec: NormalizedSpec,
+  pod: V1Pod,
+): Promise<void> {
+  const name = pod.metadata?.name ?? "";
+  if (spec.pod.persistentVolumeClaimSpec) await kube.createClaim(memberClaim(cluster, spec, name));
+  await kube.createPod(pod);
 }

@@ -452,3 +452,74 @@ t.test("a downgrade: refused unless allowed, then etcd's procedure one member at
   const from35 = planNextStep(o(["3.5.35", "3.5.35", "3.5.35"], "3.4.0", { allowDowngrade: true }));
   t.equal(from35.kind, "version-refused", "3.5 has no supported downgrade");
 });
+
+t.test("persistent volumes: a member whose pod is gone comes back on its claim", async (t) => {
+  const claim = (member: string, terminating = false) => ({ name: `${member}-pvc`, member, terminating });
+  const claims = [claim("a"), claim("b"), claim("c")];
+  const { members } = three();
+  const health = new Map([ok("a"), ok("b")]);
+  // Pod c is gone but its claim survives: same member, same name, no remove/add.
+  t.same(planNextStep(observation({ size: 3, pods: [pod("a"), pod("b")], members, health, claims })), {
+    kind: "restart-member",
+    name: "c",
+  });
+  // Its old pod still terminates: wait, do not remove the member.
+  t.equal(
+    planNextStep(
+      observation({
+        size: 3,
+        pods: [pod("a"), pod("b"), pod("c", { terminating: true })],
+        members,
+        health,
+        claims,
+      }),
+    ).kind,
+    "wait",
+  );
+  // The claim is going (deleted by hand): the member is replaced as without volumes.
+  t.same(
+    planNextStep(
+      observation({
+        size: 3,
+        pods: [pod("a"), pod("b")],
+        members,
+        health,
+        claims: [claim("a"), claim("b"), claim("c", true)],
+      }),
+    ),
+    { kind: "remove-member", name: "c", memberId: "3", reason: "dead" },
+  );
+  // Every pod gone (etcd cannot answer): members come back from their claims, not "all lost".
+  const lost = observation({
+    size: 3,
+    pods: [],
+    members: undefined,
+    hadMembers: true,
+    claims,
+    cluster: {
+      metadata: { name: "c", namespace: "default", uid: "u" },
+      status: { members: { ready: ["a", "b", "c"] } },
+    } as Observation["cluster"],
+  });
+  t.same(planNextStep(lost), { kind: "restart-member", name: "a" });
+  t.same(planNextStep({ ...lost, pods: [pod("a", { ready: false })] }), {
+    kind: "restart-member",
+    name: "b",
+  });
+  t.same(planNextStep({ ...lost, claims: [] }), { kind: "all-members-lost" });
+});
+
+t.test("persistent volumes: the claim of a member that is no more is deleted", async (t) => {
+  const { pods, members } = three();
+  const health = new Map([ok("a"), ok("b"), ok("c")]);
+  const claims = ["a", "b", "c", "gone"].map((m) => ({ name: `${m}-pvc`, member: m, terminating: false }));
+  t.same(planNextStep(observation({ size: 3, pods, members, health, claims })), {
+    kind: "delete-claim",
+    name: "gone-pvc",
+    member: "gone",
+  });
+  // Without orphans, nothing to do.
+  t.same(planNextStep(observation({ size: 3, pods, members, health, claims: claims.slice(0, 3) })), {
+    kind: "steady",
+  });
+});

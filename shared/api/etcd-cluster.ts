@@ -89,6 +89,27 @@ export const OPERATOR_OWNED_ETCD_ENV: readonly string[] = [
   "ETCD_PEER_CLIENT_CERT_AUTH",
 ];
 
+/** The same settings as etcd flags (ETCD_PEER_CERT_FILE ↔ --peer-cert-file); a trailing `*` matches any suffix. */
+export const OPERATOR_OWNED_ETCD_FLAGS: readonly string[] = OPERATOR_OWNED_ETCD_ENV.map(
+  (env) => `--${env.slice("ETCD_".length).toLowerCase().replaceAll("_", "-")}`,
+);
+
+/** An extra etcd flag: `--name` or `--name=value`, on one line. */
+export const ETCD_ARG_RE = "^--[a-z0-9][a-z0-9-]*(=[^\\n]*)?$";
+
+/** The flag name of an etcdArgs entry ("--quota-backend-bytes=8589934592" → "--quota-backend-bytes"). */
+export function etcdArgFlag(arg: string): string {
+  const equals = arg.indexOf("=");
+  return equals < 0 ? arg : arg.slice(0, equals);
+}
+
+export function isOperatorOwnedEtcdFlag(arg: string): boolean {
+  const flag = etcdArgFlag(arg);
+  return OPERATOR_OWNED_ETCD_FLAGS.some((owned) =>
+    owned.endsWith("*") ? flag.startsWith(owned.slice(0, -1)) : flag === owned,
+  );
+}
+
 export function isOperatorOwnedEtcdEnv(name: string): boolean {
   return OPERATOR_OWNED_ETCD_ENV.some((owned) =>
     owned.endsWith("*") ? name.startsWith(owned.slice(0, -1)) : name === owned,
@@ -125,6 +146,14 @@ function ownedEnvRule(): string {
     `!(self.name in [${exact.map(cel).join(", ")}])`,
     ...prefixes.map((p) => `!self.name.startsWith(${cel(p)})`),
   ].join(" && ");
+}
+
+/** The CEL rule that keeps etcdArgs off the operator's flags (the API server runs it, RE2). */
+function ownedFlagRule(): string {
+  const alternatives = OPERATOR_OWNED_ETCD_FLAGS.map((flag) =>
+    flag.endsWith("*") ? `${flag.slice(2, -1)}[a-z0-9-]*` : flag.slice(2),
+  );
+  return `!self.matches(${cel(`^--(${alternatives.join("|")})(=|$)`)})`;
 }
 
 // ---------------------------------------------------------------------------------------------------------
@@ -203,7 +232,9 @@ export const PodPolicySchema = Type.Object(
     antiAffinity: Type.Optional(
       Type.Boolean({
         description:
-          "Deprecated: use affinity. When true, no two members of this cluster are scheduled on the same node.",
+          "Deprecated: use affinity. When true, no two members of this cluster are scheduled on the same node. " +
+          "Without affinity and antiAffinity, members prefer different nodes (a soft anti-affinity on the node's " +
+          "hostname), so losing one node costs one member when there are enough nodes.",
       }),
     ),
     resources: Type.Optional(
@@ -225,6 +256,36 @@ export const PodPolicySchema = Type.Object(
           `(${OPERATOR_OWNED_ETCD_ENV.join(", ")}) are rejected: etcd refuses to start when a variable ` +
           "shadows a flag. Applies to members created after a change.",
         maxItems: 256,
+      }),
+    ),
+    etcdArgs: Type.Optional(
+      Type.Array(
+        Type.String({
+          pattern: ETCD_ARG_RE,
+          maxLength: 4096,
+          "x-kubernetes-validations": [
+            {
+              rule: ownedFlagRule(),
+              messageExpression: `self + ' sets a flag the operator sets itself (from the cluster spec); remove it'`,
+            },
+          ],
+        }),
+        {
+          description:
+            'Extra etcd flags for the etcd container, each "--flag=value" or "--flag" (e.g. ' +
+            '"--quota-backend-bytes=8589934592", "--auto-compaction-retention=1h"). The flags the operator sets ' +
+            `itself (${OPERATOR_OWNED_ETCD_FLAGS.join(", ")}) are rejected. Applies to members created after a change.`,
+          maxItems: 128,
+        },
+      ),
+    ),
+    priorityClassName: Type.Optional(
+      Type.String({
+        pattern: DNS1123_SUBDOMAIN_RE,
+        maxLength: 253,
+        description:
+          "Name of the PriorityClass of the etcd pods, e.g. system-cluster-critical for a cluster that other " +
+          "workloads depend on. The PriorityClass must exist.",
       }),
     ),
     persistentVolumeClaimSpec: Type.Optional(

@@ -8,10 +8,13 @@ import {
   DEFAULT_REPOSITORY,
   DNS1123_SUBDOMAIN_RE,
   ENV_NAME_RE,
+  ETCD_ARG_RE,
   type EtcdClusterSpec,
   EtcdClusterSpecSchema,
+  etcdArgFlag,
   IMAGE_RE,
   isOperatorOwnedEtcdEnv,
+  isOperatorOwnedEtcdFlag,
   LABEL_NAME_RE,
   LABEL_VALUE_RE,
   MAX_CLUSTER_SIZE,
@@ -314,6 +317,19 @@ function checkPod(pod: unknown, problems: Problem[]): void {
     }
   }
   if (pod.etcdEnv !== undefined) checkEtcdEnv(pod.etcdEnv, problems);
+  if (pod.etcdArgs !== undefined) checkEtcdArgs(pod.etcdArgs, problems);
+  const priorityClass = pod.priorityClassName;
+  if (
+    priorityClass !== undefined &&
+    (typeof priorityClass !== "string" ||
+      priorityClass.length > 253 ||
+      !matches(DNS1123_SUBDOMAIN_RE, priorityClass))
+  ) {
+    problems.push({
+      path: `${path}.priorityClassName`,
+      message: `spec.pod.priorityClassName ${show(priorityClass)} must be the name of a PriorityClass (a lower-case DNS name)`,
+    });
+  }
   if (pod.busyboxImage !== undefined) {
     const image = pod.busyboxImage;
     if (typeof image !== "string" || image.length > 512 || !matches(IMAGE_RE, image)) {
@@ -340,6 +356,37 @@ function checkPod(pod: unknown, problems: Problem[]): void {
       });
     }
   }
+}
+
+function checkEtcdArgs(args: unknown, problems: Problem[]): void {
+  const path = "spec.pod.etcdArgs";
+  if (!Array.isArray(args)) {
+    problems.push({ path, message: `${path} must be a list of "--flag=value" strings (got ${show(args)})` });
+    return;
+  }
+  const seen = new Set<string>();
+  args.forEach((arg: unknown, index) => {
+    const at = `${path}[${index}]`;
+    if (typeof arg !== "string" || arg.length > 4096 || !matches(ETCD_ARG_RE, arg)) {
+      problems.push({
+        path: at,
+        message: `${at} ${show(arg)} is not an etcd flag: write "--flag=value" or "--flag", on one line`,
+      });
+      return;
+    }
+    const flag = etcdArgFlag(arg);
+    if (isOperatorOwnedEtcdFlag(arg)) {
+      problems.push({
+        path: at,
+        message:
+          `${at} sets ${flag}, which the operator sets itself from the cluster spec; remove it. ` +
+          "`kubectl explain etcdcluster.spec.pod.etcdArgs` lists the flags the operator owns",
+      });
+    } else if (seen.has(flag)) {
+      problems.push({ path: at, message: `${at} sets ${flag} a second time; keep one entry` });
+    }
+    seen.add(flag);
+  });
 }
 
 function checkEtcdEnv(env: unknown, problems: Problem[]): void {

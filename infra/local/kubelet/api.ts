@@ -2,6 +2,8 @@
 // volumes and env, TokenRequests for projected service-account tokens, pod binding, pod status,
 // final pod deletion, Events, and the Node object with its Lease heartbeat.
 import { randomBytes } from "node:crypto";
+import { rm } from "node:fs/promises";
+import { join } from "node:path";
 import {
   CoordinationV1Api,
   CoreV1Api,
@@ -20,6 +22,8 @@ import type { VolumeSource } from "./volumes.ts";
 export { httpStatusOf as httpStatus };
 
 const MERGE_PATCH = setHeaderOptions("Content-Type", PatchStrategy.MergePatch);
+/** Marks the PVs this kubelet provisions (and so may delete). */
+const PROVISIONER = "etcd-operator.local/hostpath";
 
 export class KubeletApi implements VolumeSource {
   readonly core: CoreV1Api;
@@ -143,6 +147,19 @@ export class KubeletApi implements VolumeSource {
     });
   }
 
+  /**
+   * A deleted claim's volume goes with it (reclaim policy Delete), as a dynamic provisioner does it:
+   * kube-controller-manager has no deleter for hostPath volumes, so the provisioner removes the PV and
+   * its folder itself.
+   */
+  async releaseVolume(pvc: V1PersistentVolumeClaim): Promise<void> {
+    const name = `pvc-${pvc.metadata?.uid}`;
+    const pv = await orUndefinedOn404(this.core.readPersistentVolume({ name }));
+    if (pv?.metadata?.annotations?.["pv.kubernetes.io/provisioned-by"] !== PROVISIONER) return;
+    await orUndefinedOn404(this.core.deletePersistentVolume({ name }));
+    await rm(join(this.pvRoot, name), { recursive: true, force: true });
+  }
+
   /** Creates a hostPath PV pre-bound to a pending claim; kube-controller-manager completes the bind. */
   async provisionVolume(pvc: V1PersistentVolumeClaim): Promise<void> {
     const namespace = pvc.metadata?.namespace ?? "default";
@@ -152,7 +169,7 @@ export class KubeletApi implements VolumeSource {
         body: {
           metadata: {
             name,
-            annotations: { "pv.kubernetes.io/provisioned-by": "etcd-operator.local/hostpath" },
+            annotations: { "pv.kubernetes.io/provisioned-by": PROVISIONER },
           },
           spec: {
             capacity: { storage: pvc.spec?.resources?.requests?.storage ?? "1Gi" },
@@ -160,7 +177,7 @@ export class KubeletApi implements VolumeSource {
             persistentVolumeReclaimPolicy: "Delete",
             storageClassName: pvc.spec?.storageClassName ?? "",
             volumeMode: pvc.spec?.volumeMode ?? "Filesystem",
-            hostPath: { path: `${this.pvRoot}/${name}`, type: "DirectoryOrCreate" },
+            hostPath: { path: join(this.pvRoot, name), type: "DirectoryOrCreate" },
             claimRef: {
               apiVersion: "v1",
               kind: "PersistentVolumeClaim",

@@ -99,7 +99,14 @@ export function resolveImage(image: string, etcdBuilds: EtcdBinaries[]): Resolve
   }
   if (parsed.name === OPERATOR_IMAGE_NAME) return operatorImage();
   if (SHELL_IMAGES.has(parsed.name)) {
-    return { imageId: "local://host-shell", mounts: [], entrypoint: [], cmd: ["sh"] };
+    // The host's tools, plus what a busybox image has and the host may lack (nslookup).
+    const extras = resolve(import.meta.dirname, "shell-image-bin");
+    return {
+      imageId: "local://host-shell",
+      mounts: [{ source: extras, target: "/usr/local/bin", readOnly: true }],
+      entrypoint: [],
+      cmd: ["sh"],
+    };
   }
   throw new ImagePullError(
     `rpc error: code = NotFound desc = failed to pull and unpack image "${image}": ${parsed.repository}:${parsed.tag}: not found`,

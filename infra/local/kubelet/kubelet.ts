@@ -126,6 +126,13 @@ export class Kubelet {
     this.services.on("change", () => this.scheduleHostsRefresh());
     this.claims.on("add", (claim) => this.onClaim(claim));
     this.claims.on("update", (claim) => this.onClaim(claim));
+    this.claims.on("delete", (claim) =>
+      this.api
+        .releaseVolume(claim)
+        .catch((error: unknown) =>
+          this.log.warn({ err: error, claim: claim.metadata?.name }, "volume release failed"),
+        ),
+    );
     await Promise.all([this.pods.start(), this.services.start(), this.claims.start()]);
 
     this.timers.push(setInterval(() => this.tick(), TICK_MS));
