@@ -436,3 +436,56 @@ tap.test("--check finds a CRD file that was edited or is missing", async (t) => 
   rmSync(second.path);
   t.same(staleCrdFiles(dir), [first.path, second.path]);
 });
+
+tap.test("etcdArgs: extra flags, but none the operator owns, and each once", async (t) => {
+  const ok = validateEtcdClusterSpec({
+    size: 3,
+    pod: {
+      etcdArgs: [
+        "--quota-backend-bytes=8589934592",
+        "--experimental-initial-corrupt-check",
+        "--log-level=warn",
+      ],
+    },
+  });
+  t.ok(ok.ok, "ordinary flags, with or without a value, are accepted");
+  for (const arg of [
+    "--name=x",
+    "--data-dir=/tmp",
+    "--wal-dir=/tmp",
+    "--listen-client-urls=http://0.0.0.0:1",
+    "--listen-metrics-urls=http://0.0.0.0:2381",
+    "--advertise-client-urls=http://x:2379",
+    "--initial-cluster-state=new",
+    "--initial-cluster-token=t",
+    "--peer-auto-tls",
+    "--client-cert-auth",
+    "--trusted-ca-file=/ca",
+  ]) {
+    t.match(
+      problem(t, { size: 3, pod: { etcdArgs: [arg] } }),
+      new RegExp(`^spec\\.pod\\.etcdArgs\\[0\\] sets ${arg.split("=")[0]}, which the operator sets itself`),
+      `${arg} is refused`,
+    );
+  }
+  for (const arg of ["quota-backend-bytes=1", "-x", "--Upper=1", "--a=1\n--data-dir=/x", "", 7]) {
+    t.match(
+      problem(t, { size: 3, pod: { etcdArgs: [arg] } }),
+      /^spec\.pod\.etcdArgs\[0\] .* is not an etcd flag: write "--flag=value" or "--flag", on one line$/,
+      `${JSON.stringify(arg)} is no flag`,
+    );
+  }
+  t.equal(
+    problem(t, { size: 3, pod: { etcdArgs: ["--log-level=warn", "--log-level=debug"] } }),
+    "spec.pod.etcdArgs[1] sets --log-level a second time; keep one entry",
+  );
+  t.match(problem(t, { size: 3, pod: { etcdArgs: "--log-level=warn" } }), /must be a list/);
+});
+
+tap.test("priorityClassName: the name of a PriorityClass", async (t) => {
+  t.ok(validateEtcdClusterSpec({ size: 3, pod: { priorityClassName: "system-cluster-critical" } }).ok);
+  t.match(
+    problem(t, { size: 3, pod: { priorityClassName: "Not Valid;rm -rf /" } }),
+    /^spec\.pod\.priorityClassName "Not Valid;rm -rf \/" must be the name of a PriorityClass/,
+  );
+});

@@ -87,6 +87,9 @@ export const OPERATOR_OWNED_ETCD_ENV: readonly string[] = [
   "ETCD_PEER_KEY_FILE",
   "ETCD_PEER_TRUSTED_CA_FILE",
   "ETCD_PEER_CLIENT_CERT_AUTH",
+  // Self-signed TLS would turn on TLS behind the operator's back, against the http:// URLs it set.
+  "ETCD_AUTO_TLS",
+  "ETCD_PEER_AUTO_TLS",
 ];
 
 /** The same settings as etcd flags (ETCD_PEER_CERT_FILE ↔ --peer-cert-file); a trailing `*` matches any suffix. */
