@@ -265,7 +265,8 @@ export const PodPolicySchema = Type.Object(
       Type.Array(
         Type.String({
           pattern: ETCD_ARG_RE,
-          maxLength: 4096,
+          // Bounds keep the CEL rule's estimated cost inside the API server's budget.
+          maxLength: 1024,
           "x-kubernetes-validations": [
             {
               rule: ownedFlagRule(),
@@ -278,7 +279,7 @@ export const PodPolicySchema = Type.Object(
             'Extra etcd flags for the etcd container, each "--flag=value" or "--flag" (e.g. ' +
             '"--quota-backend-bytes=8589934592", "--auto-compaction-retention=1h"). The flags the operator sets ' +
             `itself (${OPERATOR_OWNED_ETCD_FLAGS.join(", ")}) are rejected. Applies to members created after a change.`,
-          maxItems: 128,
+          maxItems: 64,
         },
       ),
     ),

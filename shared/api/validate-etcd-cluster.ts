@@ -367,7 +367,7 @@ function checkEtcdArgs(args: unknown, problems: Problem[]): void {
   const seen = new Set<string>();
   args.forEach((arg: unknown, index) => {
     const at = `${path}[${index}]`;
-    if (typeof arg !== "string" || arg.length > 4096 || !matches(ETCD_ARG_RE, arg)) {
+    if (typeof arg !== "string" || arg.length > 1024 || !matches(ETCD_ARG_RE, arg)) {
       problems.push({
         path: at,
         message: `${at} ${show(arg)} is not an etcd flag: write "--flag=value" or "--flag", on one line`,

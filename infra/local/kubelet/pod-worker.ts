@@ -690,7 +690,8 @@ export class PodWorker {
       initContainerStatuses: init.length > 0 ? init.map(toContainerStatus) : undefined,
       containerStatuses: app.map(toContainerStatus),
       message: this.sandboxError,
-      qosClass: "BestEffort",
+      // The API server computes the QoS class when the pod is created and refuses any other value.
+      qosClass: this.pod.status?.qosClass ?? "BestEffort",
     };
   }
 
