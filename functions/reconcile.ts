@@ -372,6 +372,21 @@ export function sameStatus(a: EtcdClusterStatus | undefined, b: EtcdClusterStatu
   return withoutTimestamps(a) === withoutTimestamps(b);
 }
 
+/**
+ * Writes the status only when it says something new: a paused or restoring cluster is looked at on
+ * every resync, and rewriting the same status each time would cost an API write (and a watch event
+ * to every watcher) per cluster per interval for nothing.
+ */
+async function writeStatusIfChanged(
+  deps: StepDeps,
+  cluster: EtcdCluster,
+  next: EtcdClusterStatus,
+): Promise<boolean> {
+  if (sameStatus(cluster.status, next)) return false;
+  await deps.kube.patchClusterStatus(cluster, next);
+  return true;
+}
+
 export async function reconcile(input: ReconcileInput, deps: StepDeps): Promise<ReconcileResult> {
   const cluster = await deps.kube.getCluster(input.namespace, input.name);
   // Deleted (or being deleted): the garbage collector removes pods and Services via owner references.
@@ -382,7 +397,8 @@ export async function reconcile(input: ReconcileInput, deps: StepDeps): Promise<
   const validation = validateEtcdClusterSpec(cluster.spec ?? {});
   if (!validation.ok) {
     const message = validation.problems.join("; ");
-    await deps.kube.patchClusterStatus(
+    const changed = await writeStatusIfChanged(
+      deps,
       cluster,
       simpleStatus(
         cluster,
@@ -391,12 +407,14 @@ export async function reconcile(input: ReconcileInput, deps: StepDeps): Promise<
         { reason: "InvalidSpec" },
       ),
     );
-    await deps.kube.event(cluster, "Warning", "InvalidSpec", message);
+    // Announced when it starts (or changes), not on every resync.
+    if (changed) await deps.kube.event(cluster, "Warning", "InvalidSpec", message);
     return { kind: "invalid", problems: validation.problems };
   }
   const spec = validation.spec;
   if (spec.paused) {
-    await deps.kube.patchClusterStatus(
+    await writeStatusIfChanged(
+      deps,
       cluster,
       simpleStatus(
         cluster,
@@ -416,7 +434,8 @@ export async function reconcile(input: ReconcileInput, deps: StepDeps): Promise<
 
   const restoring = cluster.metadata?.annotations?.[RESTORE_ANNOTATION];
   if (restoring) {
-    await deps.kube.patchClusterStatus(
+    await writeStatusIfChanged(
+      deps,
       cluster,
       simpleStatus(
         cluster,

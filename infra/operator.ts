@@ -14,13 +14,8 @@ import { loadConfig, type OperatorConfig } from "../shared/config.ts";
 import { Kube } from "../shared/kube.ts";
 import { createLogger, type Logger } from "../shared/log.ts";
 import { BACKUP_QUEUE, RECONCILE_QUEUE } from "../shared/queue.ts";
-import { startBackupWatcher } from "./backup-watcher.ts";
-import { startBackupWorker } from "./backup-worker.ts";
-import { installCrds } from "./crds.ts";
-import { type RunningHttp, startHttp } from "./http/server.ts";
-import { guardSchedules } from "./scheduler.ts";
-import { startWatcher, type Watcher } from "./watcher.ts";
-import { resyncAll, startWorker } from "./worker.ts";
+import type { RunningHttp } from "./http/server.ts";
+import type { Watcher } from "./watcher.ts";
 
 export type Role = "all" | "watcher" | "worker" | "scheduler" | "http";
 const ROLES: readonly Role[] = ["all", "watcher", "worker", "scheduler", "http"];
@@ -52,12 +47,16 @@ export async function startOperator(options: {
 
   // HTTP server: the whole API in roles all and http; health and metrics only in the others, on
   // METRICS_PORT. Started first, so a port in use fails the start before anything else runs.
+  // Each role's modules load only in a process that runs it: a worker has no use for fastify and
+  // the dashboard, nor a watcher for the worker's steps (tens of MiB of resident memory each).
   let http: RunningHttp | undefined;
   try {
-    if (role === "all" || role === "http") {
-      http = await startHttp({ kc, config, log, mode: "full" });
-    } else if (config.metricsPort > 0) {
-      http = await startHttp({ kc, config, log, mode: "probes", port: config.metricsPort });
+    if (role === "all" || role === "http" || config.metricsPort > 0) {
+      const { startHttp } = await import("./http/server.ts");
+      http =
+        role === "all" || role === "http"
+          ? await startHttp({ kc, config, log, mode: "full" })
+          : await startHttp({ kc, config, log, mode: "probes", port: config.metricsPort });
     }
   } catch (error) {
     await queue.close();
@@ -65,10 +64,13 @@ export async function startOperator(options: {
     throw error;
   }
   if (config.installCrds && (role === "all" || role === "watcher")) {
+    const { installCrds } = await import("./crds.ts");
     await installCrds(kc);
     log.info("CRDs installed or up to date");
   }
   if (role === "all" || role === "scheduler") {
+    const { guardSchedules } = await import("./scheduler.ts");
+    const { resyncAll } = await import("./worker.ts");
     const kube = new Kube(kc);
     const guard = await guardSchedules(
       queue,
@@ -81,6 +83,8 @@ export async function startOperator(options: {
     log.info({ everyMs: config.reconcileIntervalMs }, "resync scheduled");
   }
   if (role === "all" || role === "worker") {
+    const { startWorker } = await import("./worker.ts");
+    const { startBackupWorker } = await import("./backup-worker.ts");
     workerConnection = new Redis(config.redisUrl, { maxRetriesPerRequest: null });
     worker = startWorker({
       kube: new Kube(kc),
@@ -110,6 +114,8 @@ export async function startOperator(options: {
     });
   }
   if (role === "all" || role === "watcher") {
+    const { startWatcher } = await import("./watcher.ts");
+    const { startBackupWatcher } = await import("./backup-watcher.ts");
     watcher = startWatcher({ kc, queue, redis, config, log });
     const started = watcher;
     closers.push(() => started.stop());
