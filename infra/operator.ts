@@ -7,11 +7,12 @@
 // the in-cluster service account. SIGTERM/SIGINT close everything gracefully: the worker
 // finishes its current step, the watcher stops its watches, Redis connections close.
 import { parseArgs } from "node:util";
-import { KubeConfig } from "@kubernetes/client-node";
+import type { KubeConfig } from "@kubernetes/client-node";
 import { Queue, type Worker } from "bullmq";
 import { Redis } from "ioredis";
 import { loadConfig, type OperatorConfig } from "../shared/config.ts";
 import { Kube } from "../shared/kube.ts";
+import { PooledKubeConfig } from "../shared/kube-config.ts";
 import { createLogger, type Logger } from "../shared/log.ts";
 import { BACKUP_QUEUE, RECONCILE_QUEUE } from "../shared/queue.ts";
 import type { RunningHttp } from "./http/server.ts";
@@ -162,7 +163,7 @@ async function main(): Promise<void> {
   if (missing.length > 0) {
     log.warn({ missing }, "node runs without the operator's flags; backups will use more memory than needed");
   }
-  const kc = new KubeConfig();
+  const kc = new PooledKubeConfig();
   kc.loadFromDefault();
   const operator = await startOperator({ kc, config, log, role });
   log.info(

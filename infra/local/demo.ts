@@ -14,10 +14,11 @@ import { accessSync, constants, mkdtempSync, readFileSync, rmSync } from "node:f
 import { tmpdir } from "node:os";
 import { delimiter, join } from "node:path";
 import { parseArgs } from "node:util";
-import { CoreV1Api, CustomObjectsApi, KubeConfig } from "@kubernetes/client-node";
+import { CoreV1Api, CustomObjectsApi, type KubeConfig } from "@kubernetes/client-node";
 import { parse } from "yaml";
 import { type EtcdCluster, GROUP, PLURAL, VERSION } from "../../shared/api/etcd-cluster.ts";
 import { loadConfig, type OperatorConfig } from "../../shared/config.ts";
+import { PooledKubeConfig } from "../../shared/kube-config.ts";
 import { httpStatusOf } from "../../shared/kube-errors.ts";
 import { createLogger } from "../../shared/log.ts";
 import { installCrds } from "../crds.ts";
@@ -56,7 +57,7 @@ async function localTarget(name: string): Promise<Target> {
 }
 
 async function existingClusterTarget(kubeconfig: string): Promise<Target> {
-  const kc = new KubeConfig();
+  const kc = new PooledKubeConfig();
   kc.loadFromDefault();
   say(`using the cluster of KUBECONFIG=${kubeconfig} (context ${kc.getCurrentContext()})`);
   const namespace =

@@ -2,7 +2,8 @@
 // fail with what was last seen (never a bare timeout).
 
 import { setTimeout as sleep } from "node:timers/promises";
-import { AppsV1Api, CoreV1Api, KubeConfig, type V1Pod } from "@kubernetes/client-node";
+import { AppsV1Api, CoreV1Api, type KubeConfig, type V1Pod } from "@kubernetes/client-node";
+import { PooledKubeConfig } from "../../shared/kube-config.ts";
 
 export interface Clients {
   kc: KubeConfig;
@@ -11,7 +12,7 @@ export interface Clients {
 }
 
 export function clientsFor(kubeconfigPath: string): Clients {
-  const kc = new KubeConfig();
+  const kc = new PooledKubeConfig();
   kc.loadFromFile(kubeconfigPath);
   return { kc, core: kc.makeApiClient(CoreV1Api), apps: kc.makeApiClient(AppsV1Api) };
 }

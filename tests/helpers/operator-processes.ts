@@ -32,6 +32,8 @@ export function operatorEnv(
     LOG_LEVEL: "debug",
     // Role "all" runs the HTTP server: a free port each, so processes and parallel runs never collide.
     HTTP_PORT: "0",
+    // For profiling a run (e.g. OPERATOR_NODE_OPTIONS="--cpu-prof"): node options for the operator only.
+    ...(process.env.OPERATOR_NODE_OPTIONS ? { NODE_OPTIONS: process.env.OPERATOR_NODE_OPTIONS } : {}),
     ...extra,
   };
 }

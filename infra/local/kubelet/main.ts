@@ -1,7 +1,7 @@
 // Entry point of the process kubelet: `node infra/local/kubelet/main.ts <config.json>`.
 // Started by the local control plane; stops its pods and exits on SIGTERM/SIGINT.
 import { readFileSync } from "node:fs";
-import { KubeConfig } from "@kubernetes/client-node";
+import { PooledKubeConfig } from "../../../shared/kube-config.ts";
 import { createLogger } from "../../../shared/log.ts";
 import { Kubelet, type KubeletConfig } from "./kubelet.ts";
 
@@ -16,7 +16,7 @@ if (!configPath) {
 }
 const config = JSON.parse(readFileSync(configPath, "utf8")) as FileConfig;
 const log = createLogger({ level: process.env.LOG_LEVEL ?? "info" }).child({ component: "kubelet" });
-const kc = new KubeConfig();
+const kc = new PooledKubeConfig();
 kc.loadFromFile(config.kubeconfigPath);
 const kubelet = new Kubelet(kc, config, log);
 
