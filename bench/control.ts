@@ -89,7 +89,11 @@ try {
       }
     }),
   );
-  const quiet = { RECONCILE_INTERVAL_MS: "3600000", LOG_LEVEL: "warn" };
+  const quiet = {
+    RECONCILE_INTERVAL_MS: "3600000",
+    LOG_LEVEL: "warn",
+    ...(process.env.WORKER_CONCURRENCY ? { WORKER_CONCURRENCY: process.env.WORKER_CONCURRENCY } : {}),
+  };
   const watcher = startOperatorProcess(cluster, "watcher", quiet);
   processes.push(watcher);
   const workers = Array.from({ length: WORKERS }, () => startOperatorProcess(cluster, "worker", quiet));
@@ -167,7 +171,8 @@ try {
     }),
   );
 } finally {
-  for (const p of processes) await p.kill("SIGKILL");
+  // SIGTERM: the processes shut down cleanly (and write their profiles when run with --cpu-prof).
+  for (const p of processes) await p.kill("SIGTERM");
   await events.close();
   await queue.close();
   eventsConnection.disconnect();
