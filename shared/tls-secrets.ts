@@ -187,7 +187,18 @@ export function checkSecret(
         `${where}: certificate ${name} is not signed by a CA in ${trustedBy.what}, so it would be refused`,
       );
   }
-  return problems.length > 0 ? { ok: false, problems } : { ok: true, value: { cert, key, ca } };
+  if (problems.length > 0) return { ok: false, problems };
+  // Passed on re-encoded, one certificate per block: a bundle made by `cat a.pem b.pem` from a file
+  // without a final newline ("-----END CERTIFICATE----------BEGIN …") parses here but makes
+  // OpenSSL (the operator's client) drop the whole bundle.
+  return {
+    ok: true,
+    value: { cert: pemOf(chain), key: key.endsWith("\n") ? key : `${key}\n`, ca: pemOf(cas) },
+  };
+}
+
+function pemOf(certs: X509Certificate[]): string {
+  return certs.map((c) => (c.toString().endsWith("\n") ? c.toString() : `${c.toString()}\n`)).join("");
 }
 
 function messageOf(error: unknown): string {

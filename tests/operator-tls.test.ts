@@ -71,7 +71,7 @@ const ca1 = await createCertificateAuthority("etcd-ca-1");
 const ca2 = await createCertificateAuthority("etcd-ca-2");
 const old = await materialFrom(ca1, NAME);
 const next = await materialFrom(ca2, NAME);
-const bundle = `${ca1.cert}${ca2.cert}`;
+const bundle = `${ca1.cert}\n${ca2.cert}`;
 
 async function putSecret(name: string, stringData: Record<string, string>): Promise<void> {
   const body = { metadata: { name, namespace: NS }, stringData };

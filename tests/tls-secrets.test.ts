@@ -72,7 +72,7 @@ t.test(
     t.ok(result.ok, problemsOf(result));
     if (!result.ok) return;
     t.equal(result.value.client?.serverName, `${NAME}-client.${NS}.svc`);
-    t.equal(result.value.client?.cert, operatorCert.cert);
+    t.equal(result.value.client?.cert?.trim(), operatorCert.cert.trim());
     t.equal(result.value.member.hash, tlsHash(result.value.member.peer, result.value.member.server));
   },
 );
@@ -220,3 +220,16 @@ t.test("a certificate whose extended key usage excludes its use is refused", asy
   t.notOk(result.ok);
   t.match(problemsOf(result), /does not allow client authentication/);
 });
+
+t.test(
+  "a CA bundle concatenated without a newline is passed on with one certificate per block",
+  async (t) => {
+    const joined = `${ca.cert.trimEnd()}${otherCa.cert}`;
+    const result = await load({ ...good, peer: peerSecret(goodPeer, joined) });
+    t.ok(result.ok, problemsOf(result));
+    if (!result.ok) return;
+    const passed = result.value.member.peer?.ca ?? "";
+    t.match(passed, /-----END CERTIFICATE-----\n-----BEGIN CERTIFICATE-----/);
+    t.equal(passed.match(/BEGIN CERTIFICATE/g)?.length, 2);
+  },
+);
