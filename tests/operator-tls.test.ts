@@ -32,8 +32,25 @@ const custom = kc.makeApiClient(CustomObjectsApi);
 const kube = new Kube(kc);
 const clients = { kube, core, custom };
 await installCrds(kc);
-const processes: OperatorProcess[] = [startOperatorProcess(cluster, "all")];
+const processes: OperatorProcess[] = [];
+let stopping = false;
+/**
+ * The operator, restarted if something outside the test stops it: this machine is shared, PIDs
+ * wrap within minutes, and a stray signal once ended ours mid-rotation. A restart is safe by
+ * design (stateless steps; operator-upgrade.test.ts SIGKILLs one on purpose) and is reported.
+ */
+function startOperator(): void {
+  const operator = startOperatorProcess(cluster, "all");
+  processes.push(operator);
+  operator.child.once("exit", (code, signal) => {
+    if (stopping) return;
+    t.comment(`the operator exited (code ${code}, signal ${signal}); starting a new one`);
+    startOperator();
+  });
+}
+startOperator();
 t.teardown(async () => {
+  stopping = true;
   for (const p of processes) await p.kill("SIGKILL");
 });
 
