@@ -197,6 +197,12 @@ export async function restoreStep(restore: EtcdRestore, deps: RestoreDeps): Prom
   if (!validation.ok)
     return fail(`EtcdCluster ${clusterName} has an invalid spec: ${validation.problems.join("; ")}`);
   const spec = validation.spec;
+  // The seed member would start without the cluster's certificates (and its members' peers and
+  // clients expect TLS): refused before anything is replaced, the cluster stays as it is.
+  if (spec.TLS?.static && (!status.phase || status.phase === "Verifying"))
+    return fail(
+      `EtcdCluster ${clusterName} uses TLS (spec.TLS.static): restoring it from a backup is not supported yet; nothing was changed`,
+    );
 
   if (!status.phase || status.phase === "Verifying") {
     const startTime = status.startTime ?? now().toISOString();
