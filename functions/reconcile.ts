@@ -458,7 +458,9 @@ export async function reconcile(input: ReconcileInput, deps: StepDeps): Promise<
       });
       return { kind: "blocked", reason: "InvalidTLSSecret", problems: tls.problems, requeueAfterMs: 10_000 };
     }
-    memberTls = tls.value.member;
+    // `TLS: {static: {}}` names no member Secret: members speak plain, and nothing is rotated.
+    const { member } = tls.value;
+    memberTls = member.peer || member.server ? member : undefined;
     if (tls.value.client) stepDeps = { ...deps, etcd: { ...deps.etcd, tls: tls.value.client } };
   }
 

@@ -124,8 +124,9 @@ export function withMemberTls(pod: V1Pod, tls: MemberTlsMaterial | undefined): V
       containers,
       volumes: [
         ...(pod.spec?.volumes ?? []),
-        // 0400: only the container's user reads the key.
-        { name: VOLUME, secret: { secretName: memberTlsSecretName(name), defaultMode: 0o400 } },
+        // The default file mode (0644), as coreos mounted its Secrets: an etcd container running as
+        // another user (spec.pod.securityContext) can still read its key; no other container is in the pod.
+        { name: VOLUME, secret: { secretName: memberTlsSecretName(name) } },
       ],
     },
   };
