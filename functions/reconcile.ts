@@ -437,21 +437,20 @@ export async function reconcile(input: ReconcileInput, deps: StepDeps): Promise<
     );
     if (!tls.ok) {
       const message = tls.problems.join("; ");
-      await deps.kube.patchClusterStatus(
+      const status = simpleStatus(
         cluster,
-        simpleStatus(
-          cluster,
-          now,
-          {
-            type: "Degraded",
-            status: "True",
-            reason: "InvalidTLSSecret",
-            message: `${message}; no member is created or replaced until this is fixed`,
-            observedGeneration: generation,
-          },
-          {},
-        ),
+        now,
+        {
+          type: "Degraded",
+          status: "True",
+          reason: "InvalidTLSSecret",
+          message: `${message}; no member is created or replaced until this is fixed`,
+          observedGeneration: generation,
+        },
+        {},
       );
+      // Looked at again every few seconds while it lasts: only a change is written.
+      if (!sameStatus(cluster.status, status)) await deps.kube.patchClusterStatus(cluster, status);
       // Keyed by the problem: while it lasts, the Event counts up instead of repeating.
       await deps.kube.event(cluster, "Warning", "InvalidTLSSecret", message, {
         key: `tls-${problemKey(message)}`,
