@@ -248,11 +248,16 @@ function startQuorumWatch(name: string): { stop(): Promise<{ looks: number; belo
 }
 
 /** Waits until none of `before` is left and the cluster is steady again with 3 members on one hash. */
-async function waitRolled(before: string[], what: string): Promise<string> {
+async function waitRolled(
+  before: string[],
+  what: string,
+  onLook: (livePods: number) => Promise<void> = async () => {},
+): Promise<string> {
   return waitFor(
     what,
     async () => {
       const pods = await livePods(NAME);
+      await onLook(pods.length);
       const names = pods.map((p) => p.metadata?.name ?? "");
       const hashes = new Set(pods.map((p) => p.metadata?.annotations?.[TLS_HASH_ANNOTATION]));
       const c = await getCluster(clients, NS, NAME);
@@ -357,13 +362,21 @@ t.test(
       ["2: new certificates, CA bundle", next, bundle],
       ["3: the new CA alone", next, ca2.cert],
     ];
+    let killed = false;
     for (const [what, material, caPem] of phases) {
       const phaseStart = Date.now();
       const before = (await livePods(NAME)).map((p) => p.metadata?.name ?? "");
       // From phase 2 on, every member trusts both CAs: our client switches to its new certificate.
       if (material === next) credentials = { ...credentials, cert: next.client.cert, key: next.client.key };
       await putSecrets(NAME, material, caPem);
-      hashes.push(await waitRolled(before, `phase ${what}`));
+      // Mid-way through phase 2 (a fourth member is joining), the operator is SIGKILLed; the
+      // watchdog above starts a new one, which must finish the rotation from what it finds.
+      const killMidway = async (count: number) => {
+        if (material !== next || caPem !== bundle || killed || count <= 3) return;
+        killed = true;
+        await processes.at(-1)?.kill("SIGKILL");
+      };
+      hashes.push(await waitRolled(before, `phase ${what}`, killMidway));
       t.comment(`phase ${what}: ${Date.now() - phaseStart} ms`);
     }
     const { looks, below } = await watch.stop();
@@ -373,6 +386,7 @@ t.test(
     );
 
     t.equal(new Set(hashes).size, 3, "each phase rolled the members onto new certificates");
+    t.ok(killed, "the operator was SIGKILLed mid-rotation and a new one finished it");
     t.ok(looks > 10, `quorum was looked at throughout (${looks} looks)`);
     t.same(below, [], "a majority of voters answered at every look");
     t.ok(acknowledged.length > 50, `writes went on during the rotation (${acknowledged.length})`);
@@ -459,4 +473,36 @@ t.test("a Secret with wrong SANs is reported on the EtcdCluster and nothing is c
     [],
     "no Service was created",
   );
+});
+
+t.test("peer TLS alone: members talk TLS among themselves, clients plain HTTP", async (t) => {
+  const name = "peers";
+  const material = await materialFrom(ca1, name);
+  await putSecret(`${name}-peer`, {
+    "peer.crt": material.peer.cert,
+    "peer.key": material.peer.key,
+    "peer-ca.crt": ca1.cert,
+  });
+  await createCluster(clients, NS, name, {
+    size: 3,
+    TLS: { static: { member: { peerSecret: `${name}-peer` } } },
+  });
+  await waitReady(clients, NS, name, 3, 120_000);
+  const c = await getCluster(clients, NS, name);
+  t.equal(c.status?.clientURL, `http://${name}-client.${NS}.svc:2379`);
+  const plain = new Etcd3({
+    hosts: await endpoints(name, "http"),
+    grpcOptions: { "grpc.use_local_subchannel_pool": 1 },
+  });
+  try {
+    await plain.put("plain").value("yes");
+    t.equal(await plain.get("plain").string(), "yes", "a plain client reads and writes");
+    const members = await plain.cluster.memberList({ linearizable: true });
+    t.ok(
+      members.members.every((m) => (m.peerURLs ?? []).every((u) => u.startsWith("https://"))),
+      "every peer URL is https",
+    );
+  } finally {
+    plain.close();
+  }
 });
