@@ -175,7 +175,6 @@ function planRecovery(o: Observation, mark: RecoveryMark): Step {
  * never return by itself: rebuild from the answering survivor that applied the most.
  */
 function recoveryFromSurvivor(o: Observation, voters: MemberInfo[]): Step | undefined {
-  if (o.spec.TLS?.static?.member?.serverSecret) return recoveryRefusedForTls(o, voters);
   const livePods = new Set(o.pods.filter((p) => !p.terminating).map((p) => p.name));
   const lost = voters.filter((m) => {
     const pod = memberPodName(m);
@@ -197,22 +196,6 @@ function recoveryFromSurvivor(o: Observation, voters: MemberInfo[]): Step | unde
     appliedIndex: best.applied.toString(),
     lost: lost.length,
     voters: voters.length,
-  };
-}
-
-/**
- * The recovery seed streams the survivor's snapshot over the client port in plain gRPC, which a
- * member with client TLS refuses: rather than start a rebuild that cannot finish, say so.
- */
-function recoveryRefusedForTls(o: Observation, voters: MemberInfo[]): Step | undefined {
-  const livePods = new Set(o.pods.filter((p) => !p.terminating).map((p) => p.name));
-  const lost = voters.filter((m) => !livePods.has(memberPodName(m) ?? ""));
-  if (voters.length - lost.length >= majority(voters.length)) return undefined;
-  return {
-    kind: "quorum-lost",
-    message:
-      `${lost.length} of ${voters.length} voting members are gone with their data; rebuilding from a survivor ` +
-      "is not supported yet for clusters with client TLS (spec.TLS.static.member.serverSecret)",
   };
 }
 

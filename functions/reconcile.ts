@@ -28,7 +28,7 @@ import {
   VERSION_ANNOTATION,
 } from "../shared/member-pods.ts";
 import { clientTlsOn, problemKey, TLS_HASH_ANNOTATION } from "../shared/member-tls.ts";
-import { loadClusterTls, type MemberTlsMaterial } from "../shared/tls-secrets.ts";
+import { loadClusterTls, type MemberTlsMaterial, type OperatorTlsSource } from "../shared/tls-secrets.ts";
 import { addMember, createMemberPod } from "./add-member.ts";
 import { drainOldLog } from "./drain-old-log.ts";
 import { enableDowngrade } from "./enable-downgrade.ts";
@@ -427,6 +427,7 @@ export async function reconcile(input: ReconcileInput, deps: StepDeps): Promise<
   // and the running members keep the certificates they have.
   let stepDeps = deps;
   let memberTls: MemberTlsMaterial | undefined;
+  let operatorTls: OperatorTlsSource | undefined;
   if (spec.TLS?.static) {
     const tls = await loadClusterTls(
       (ns, secret) => deps.kube.readSecret(ns, secret),
@@ -461,6 +462,7 @@ export async function reconcile(input: ReconcileInput, deps: StepDeps): Promise<
     const { member } = tls.value;
     memberTls = member.peer || member.server ? member : undefined;
     if (tls.value.client) stepDeps = { ...deps, etcd: { ...deps.etcd, tls: tls.value.client } };
+    operatorTls = tls.value.operatorSource;
   }
 
   const observation = await observe(cluster, spec, stepDeps, memberTls);
@@ -468,7 +470,11 @@ export async function reconcile(input: ReconcileInput, deps: StepDeps): Promise<
   const log = deps.log.child({ step: step.kind });
   let outcome: StepOutcome;
   try {
-    outcome = await runStep(step, { cluster, spec, observation, memberTls }, { ...stepDeps, log });
+    outcome = await runStep(
+      step,
+      { cluster, spec, observation, memberTls, operatorTls },
+      { ...stepDeps, log },
+    );
   } catch (error) {
     const message = error instanceof Error ? error.message : String(error);
     await deps.kube.event(cluster, "Warning", "StepFailed", `${step.kind} failed: ${message}`);

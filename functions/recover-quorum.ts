@@ -73,8 +73,8 @@ export async function createRecoverySeed(
   const namespace = input.cluster.metadata?.namespace ?? "default";
   const clusterName = input.cluster.metadata?.name ?? "";
   const url = memberPeerURL(input.spec, seed, clusterName, namespace);
-  // With TLS the seed gets its certificates like any member; the snapshot stream from the survivor
-  // is plain HTTP still, so only clusters without client TLS can recover this way today.
+  // With TLS the seed gets its certificates like any member, and with client TLS its fetch
+  // container dials the survivor with the operator's client certificate.
   const plain = restoreSeedPod({
     pod: memberPod({
       cluster: input.cluster,
@@ -83,7 +83,11 @@ export async function createRecoverySeed(
       initialCluster: [{ name: seed, peerURL: url }],
       state: "new",
     }),
-    source: { storageType: "Member", endpoint: `http://${survivorIp}:2379` },
+    source: {
+      storageType: "Member",
+      endpoint: `${input.operatorTls ? "https" : "http"}://${survivorIp}:2379`,
+      tls: input.operatorTls,
+    },
     operatorImage: deps.operatorImage,
     etcdImage: imageOf(input.spec),
     memberName: seed,

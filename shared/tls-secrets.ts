@@ -71,12 +71,14 @@ export function parseCertificates(pem: string): X509Certificate[] {
   return blocks.map((block) => new X509Certificate(block));
 }
 
-function keyOf(data: Record<string, string>, keys: SecretKeys, which: keyof SecretKeys): string | undefined {
-  const value = data[keys[which]];
-  if (value !== undefined) return value;
-  // Fall back to the kubernetes.io/tls names only when the coreos ones are absent altogether.
+/** The key names a Secret uses: the coreos ones, or kubernetes.io/tls's when none of those is there. */
+export function keysIn(data: Record<string, string>, keys: SecretKeys): SecretKeys {
   const coreosAbsent = [keys.cert, keys.key, keys.ca].every((k) => data[k] === undefined);
-  return coreosAbsent ? data[KUBERNETES_TLS_KEYS[which]] : undefined;
+  return coreosAbsent ? KUBERNETES_TLS_KEYS : keys;
+}
+
+function keyOf(data: Record<string, string>, keys: SecretKeys, which: keyof SecretKeys): string | undefined {
+  return data[keysIn(data, keys)[which]];
 }
 
 /** Whether `cert` was signed by one of `issuers`, directly or through intermediates of `chain`. */
@@ -213,10 +215,19 @@ export interface MemberTlsMaterial {
   hash: string;
 }
 
+/** Where the operator's client certificate lives, for pods that must reach members themselves. */
+export interface OperatorTlsSource {
+  secretName: string;
+  keys: SecretKeys;
+  serverName: string;
+}
+
 export interface ClusterTls {
   member: MemberTlsMaterial;
   /** The operator's client TLS for the members' client port, with client TLS on. */
   client?: EtcdTLS;
+  /** The operatorSecret and its key names (with client TLS on). */
+  operatorSource?: OperatorTlsSource;
 }
 
 /** Digest of the member material; changes exactly when a Secret's used content changes. */
@@ -333,5 +344,9 @@ export async function loadClusterTls(
   const client: EtcdTLS | undefined = operator
     ? { ca: operator.ca, cert: operator.cert, key: operator.key, serverName: names.client.name }
     : undefined;
-  return { ok: true, value: { member, client } };
+  const operatorSource: OperatorTlsSource | undefined =
+    operator && operatorName && operatorData
+      ? { secretName: operatorName, keys: keysIn(operatorData, OPERATOR_KEYS), serverName: names.client.name }
+      : undefined;
+  return { ok: true, value: { member, client, operatorSource } };
 }
