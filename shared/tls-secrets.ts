@@ -52,6 +52,11 @@ export interface SecretRequirement {
   dnsNames: { name: string; why: string }[];
   /** Extended key usages it must allow (when it restricts them at all). */
   usages: Usage[];
+  /**
+   * The Secret's own CA bundle must have signed its certificate: true for peers, who verify each
+   * other with it. A server's or client's bundle is for verifying the other side instead.
+   */
+  signedByOwnCa?: boolean;
 }
 
 export type Checked<T> = { ok: true; value: T } | { ok: false; problems: string[] };
@@ -99,8 +104,9 @@ function describe(cert: X509Certificate): string {
 
 /**
  * Checks one Secret's data against what it is used for. `trustedBy` is the CA bundle of whoever
- * verifies this certificate (the same Secret's CA for peers; the operator's CA for the serving
- * certificate), when known.
+ * verifies this certificate from another Secret, when known (the operator's CA for the serving
+ * certificate, the members' server-ca.crt for the operator's); peers use their own
+ * (`signedByOwnCa`).
  */
 export function checkSecret(
   data: Record<string, string> | undefined,
@@ -175,7 +181,7 @@ export function checkSecret(
           `${where}: certificate ${name} does not allow ${usage} authentication (extended key usage)`,
         );
   }
-  if (cas.length > 0 && trustedBy === undefined && !chainsTo(leaf, chain.slice(1), cas))
+  if (req.signedByOwnCa && cas.length > 0 && !chainsTo(leaf, chain.slice(1), cas))
     problems.push(`${where}: certificate ${name} is not signed by a CA in ${req.keys.ca}`);
   if (trustedBy !== undefined) {
     let trusted: X509Certificate[] = [];
@@ -292,6 +298,7 @@ export async function loadClusterTls(
         dnsNames: [names.member],
         // A member both dials its peers and serves them with this one certificate.
         usages: ["server", "client"],
+        signedByOwnCa: true,
       },
       nowMs,
     );
