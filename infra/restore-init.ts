@@ -44,13 +44,13 @@ async function fetchFromMember(endpoint: string, env: NodeJS.ProcessEnv): Promis
   console.log(`fetching a snapshot from member ${endpoint}`);
   // With client TLS, the operator's client certificate (never printed) and the name to check the
   // member's serving certificate against, since we dial its IP.
-  const dir = env.MEMBER_TLS_DIR;
+  const dir = env.OPERATOR_TLS_DIR;
   const tls = dir
     ? {
         ca: readFileSync(join(dir, "ca.crt"), "utf8"),
         cert: readFileSync(join(dir, "client.crt"), "utf8"),
         key: readFileSync(join(dir, "client.key"), "utf8"),
-        serverName: env.MEMBER_TLS_SERVER_NAME || undefined,
+        serverName: env.MEMBER_SERVER_NAME || undefined,
       }
     : undefined;
   const snapshot = await openSnapshot(endpoint, { timeoutMs: 10_000, tls });

@@ -19,7 +19,7 @@ import type { NormalizedSpec } from "./api/etcd-cluster.ts";
 import { type EtcdCluster, GROUP, VERSION } from "./api/etcd-cluster.ts";
 import { type Kube, MERGE_PATCH } from "./kube.ts";
 import { ignoreConflict } from "./kube-errors.ts";
-import { CLIENT_PORT, memberHost, PEER_PORT } from "./member-pods.ts";
+import { memberHost, PEER_PORT } from "./member-pods.ts";
 import { type MemberTlsMaterial, PEER_KEYS, SERVER_KEYS } from "./tls-secrets.ts";
 
 /** On each TLS member pod: the digest of the certificates it was created with. */
@@ -30,7 +30,7 @@ export const MEMBER_TLS_DIR = "/etc/etcdtls/member";
  * With client TLS (and client certificate auth) the kubelet cannot probe /health on the client
  * port; etcd serves /health and /metrics, and nothing else, in plain HTTP here instead.
  */
-export const METRICS_PORT = 2381;
+export const ETCD_METRICS_PORT = 2381;
 const VOLUME = "member-tls";
 
 export function peerTlsOn(spec: NormalizedSpec): boolean {
@@ -43,10 +43,6 @@ export function clientTlsOn(spec: NormalizedSpec): boolean {
 
 export function memberPeerURL(spec: NormalizedSpec, name: string, clusterName: string, namespace: string) {
   return `${peerTlsOn(spec) ? "https" : "http"}://${memberHost(name, clusterName, namespace)}:${PEER_PORT}`;
-}
-
-export function memberClientURL(spec: NormalizedSpec, name: string, clusterName: string, namespace: string) {
-  return `${clientTlsOn(spec) ? "https" : "http"}://${memberHost(name, clusterName, namespace)}:${CLIENT_PORT}`;
 }
 
 /** The name of a member's own copy of its certificates. */
@@ -97,13 +93,13 @@ export function withMemberTls(pod: V1Pod, tls: MemberTlsMaterial | undefined): V
         `--trusted-ca-file=${file(SERVER_KEYS.ca)}`,
         `--cert-file=${file(SERVER_KEYS.cert)}`,
         `--key-file=${file(SERVER_KEYS.key)}`,
-        `--listen-metrics-urls=http://0.0.0.0:${METRICS_PORT}`,
+        `--listen-metrics-urls=http://0.0.0.0:${ETCD_METRICS_PORT}`,
       ];
       probes = {
         readinessProbe: c.readinessProbe?.httpGet
-          ? { ...c.readinessProbe, httpGet: { ...c.readinessProbe.httpGet, port: METRICS_PORT } }
+          ? { ...c.readinessProbe, httpGet: { ...c.readinessProbe.httpGet, port: ETCD_METRICS_PORT } }
           : c.readinessProbe,
-        ports: [...(c.ports ?? []), { name: "metrics", containerPort: METRICS_PORT }],
+        ports: [...(c.ports ?? []), { name: "metrics", containerPort: ETCD_METRICS_PORT }],
       };
     }
     return {

@@ -27,8 +27,8 @@ export interface MemberSource {
 }
 
 /** Where the fetch container finds the operator's client certificate (client.crt, client.key, ca.crt). */
-export const MEMBER_TLS_DIR = "/etc/etcd-operator-tls";
-const MEMBER_TLS_VOLUME = "operator-tls";
+export const OPERATOR_TLS_DIR = "/etc/etcd-operator-tls";
+const OPERATOR_TLS_VOLUME = "operator-tls";
 
 export interface RestoreSource {
   storageType: "S3" | "OSS";
@@ -71,11 +71,11 @@ function fetchContainer(source: RestoreSource | MemberSource, operatorImage: str
       env: env({
         STORAGE_TYPE: "Member",
         MEMBER_ENDPOINT: source.endpoint,
-        MEMBER_TLS_DIR: source.tls ? MEMBER_TLS_DIR : undefined,
-        MEMBER_TLS_SERVER_NAME: source.tls?.serverName,
+        OPERATOR_TLS_DIR: source.tls ? OPERATOR_TLS_DIR : undefined,
+        MEMBER_SERVER_NAME: source.tls?.serverName,
       }),
       volumeMounts: source.tls
-        ? [dataMount, { name: MEMBER_TLS_VOLUME, mountPath: MEMBER_TLS_DIR, readOnly: true }]
+        ? [dataMount, { name: OPERATOR_TLS_VOLUME, mountPath: OPERATOR_TLS_DIR, readOnly: true }]
         : [dataMount],
     };
   }
@@ -131,7 +131,7 @@ export function restoreSeedPod(input: RestoreSeedInput): V1Pod {
       : source.tls
         ? [
             {
-              name: MEMBER_TLS_VOLUME,
+              name: OPERATOR_TLS_VOLUME,
               secret: {
                 secretName: source.tls.secretName,
                 items: [
