@@ -4,7 +4,8 @@
 // member that was never started and `createMemberPod` finishes the job.
 import type { MemberInfo } from "../shared/etcd-members.ts";
 import { addLearner } from "../shared/etcd-members.ts";
-import { createPodWithClaim, memberPod, newMemberName, peerURL } from "../shared/member-pods.ts";
+import { memberPod, newMemberName } from "../shared/member-pods.ts";
+import { createMemberPodWithTls, memberPeerURL, withMemberTls } from "../shared/member-tls.ts";
 import { memberPodName } from "./plan.ts";
 import { memberEndpoints, type StepDeps, type StepInput, type StepOutcome, unlessRefused } from "./step.ts";
 
@@ -16,56 +17,67 @@ export function initialCluster(members: MemberInfo[]): { name: string; peerURL: 
   });
 }
 
-export function addMember(input: StepInput, deps: StepDeps): Promise<StepOutcome> {
-  return unlessRefused(() => addLearnerAndPod(input, deps));
+export function addMember(input: StepInput, deps: StepDeps, why?: "tls-rotation"): Promise<StepOutcome> {
+  return unlessRefused(() => addLearnerAndPod(input, deps, why));
 }
 
-async function addLearnerAndPod(input: StepInput, deps: StepDeps): Promise<StepOutcome> {
+async function addLearnerAndPod(
+  input: StepInput,
+  deps: StepDeps,
+  why?: "tls-rotation",
+): Promise<StepOutcome> {
   const namespace = input.cluster.metadata?.namespace ?? "default";
   const clusterName = input.cluster.metadata?.name ?? "";
   const name = newMemberName(clusterName);
   await deps.guard();
   const added = await addLearner(
     memberEndpoints(input.observation),
-    peerURL(name, clusterName, namespace, input.spec.pod.ClusterDomain),
+    memberPeerURL(input.spec, name, clusterName, namespace),
     deps.etcd,
   );
   await deps.guard();
-  await createPodWithClaim(
+  const pod = memberPod({
+    cluster: input.cluster,
+    spec: input.spec,
+    name,
+    initialCluster: initialCluster(added.members),
+    state: "existing",
+  });
+  await createMemberPodWithTls(
     deps.kube,
     input.cluster,
     input.spec,
-    memberPod({
-      cluster: input.cluster,
-      spec: input.spec,
-      name,
-      initialCluster: initialCluster(added.members),
-      state: "existing",
-    }),
+    withMemberTls(pod, input.memberTls),
+    input.memberTls,
   );
   return {
     requeueAfterMs: 500,
     event: {
       type: "Normal",
       reason: "MemberAdded",
-      message: `added member ${name} as a learner (${added.members.length} members, target ${input.spec.size})`,
+      message:
+        why === "tls-rotation"
+          ? `added member ${name} as a learner with the current TLS certificates, to replace a member on the old ones`
+          : `added member ${name} as a learner (${added.members.length} members, target ${input.spec.size})`,
     },
   };
 }
 
 export async function createMemberPod(input: StepInput, deps: StepDeps, name: string): Promise<StepOutcome> {
   await deps.guard();
-  await createPodWithClaim(
+  const pod = memberPod({
+    cluster: input.cluster,
+    spec: input.spec,
+    name,
+    initialCluster: initialCluster(input.observation.members ?? []),
+    state: "existing",
+  });
+  await createMemberPodWithTls(
     deps.kube,
     input.cluster,
     input.spec,
-    memberPod({
-      cluster: input.cluster,
-      spec: input.spec,
-      name,
-      initialCluster: initialCluster(input.observation.members ?? []),
-      state: "existing",
-    }),
+    withMemberTls(pod, input.memberTls),
+    input.memberTls,
   );
   return {
     requeueAfterMs: 500,

@@ -12,7 +12,9 @@ import { type EtcdClientOptions, endpointStatuses, leaderId } from "../shared/et
 import { openSnapshot, SnapshotDigest } from "../shared/etcd-snapshot.ts";
 import type { Kube } from "../shared/kube.ts";
 import type { Logger } from "../shared/log.ts";
+import { clientServiceName } from "../shared/member-pods.ts";
 import { type ObjectStore, ObjectStoreError, openStore } from "../shared/object-store/index.ts";
+import { checkSecret, OPERATOR_KEYS } from "../shared/tls-secrets.ts";
 import {
   type BackupMetadata,
   backupsToPrune,
@@ -124,6 +126,39 @@ async function streamSnapshot(
   };
 }
 
+/**
+ * The etcd client options for a cluster that serves clients over TLS: the client certificate of
+ * `spec.clientTLSSecret` (coreos key names etcd-client.crt/.key/-ca.crt, or cert-manager's), checked
+ * first like the cluster's own Secrets; the member's certificate is checked against the client
+ * Service's name (`<cluster>-client.<ns>.svc`), since we dial its IP.
+ */
+async function clientOptions(
+  backup: EtcdBackup,
+  deps: BackupDeps,
+  namespace: string,
+  clusterName: string | undefined,
+): Promise<EtcdClientOptions> {
+  const secretName = backup.spec.clientTLSSecret;
+  if (!secretName) return deps.etcd;
+  const checked = checkSecret(
+    await deps.kube.readSecret(namespace, secretName),
+    {
+      field: "spec.clientTLSSecret",
+      namespace,
+      name: secretName,
+      keys: OPERATOR_KEYS,
+      dnsNames: [],
+      usages: ["client"],
+    },
+    (deps.now ?? (() => new Date()))().getTime(),
+  );
+  if (!checked.ok) throw new BackupSpecError(checked.problems.join("; "));
+  const serverName = clusterName
+    ? `${clientServiceName(clusterName)}.${namespace}.svc`
+    : new URL(backup.spec.etcdEndpoints?.[0] ?? "https://localhost").hostname;
+  return { ...deps.etcd, tls: { ...checked.value, serverName } };
+}
+
 /** Takes one backup as the EtcdBackup describes; throws on failure (nothing partial is left). */
 export async function runBackup(backup: EtcdBackup, deps: BackupDeps): Promise<BackupRecord> {
   const now = deps.now ?? (() => new Date());
@@ -149,7 +184,8 @@ export async function runBackup(backup: EtcdBackup, deps: BackupDeps): Promise<B
     if (resolved.endpoints.length === 0) {
       throw new SnapshotError(`no ready etcd member behind ${urls.join(", ")}`);
     }
-    const member = await chooseMember(resolved.endpoints, deps.etcd);
+    const etcd = await clientOptions(backup, deps, namespace, resolved.clusterName);
+    const member = await chooseMember(resolved.endpoints, etcd);
     const memberName = resolved.podNames[member.endpoint] ?? member.endpoint;
     const periodic = isPeriodic(backup);
     const clusterName = resolved.clusterName ?? "etcd";
@@ -159,7 +195,7 @@ export async function runBackup(backup: EtcdBackup, deps: BackupDeps): Promise<B
       store,
       (revision) => (periodic ? periodicKey(baseKey, clusterName, revision, started) : baseKey),
       member.endpoint,
-      deps.etcd,
+      etcd,
       timeoutSeconds ? timeoutSeconds * 1000 : undefined,
     );
     const key = taken.key;

@@ -3,7 +3,8 @@
 // its data dir with its member ID and log, so it rejoins as itself and only catches up on what it
 // missed (no member remove/add, no full snapshot transfer). `deleteMemberClaim` drops the claim of a
 // member that is no more (scaled away, or removed after its data went bad), so volumes do not pile up.
-import { createPodWithClaim, memberPod, peerURL } from "../shared/member-pods.ts";
+import { memberPod } from "../shared/member-pods.ts";
+import { createMemberPodWithTls, memberPeerURL, withMemberTls } from "../shared/member-tls.ts";
 import { initialCluster } from "./add-member.ts";
 import type { StepDeps, StepInput, StepOutcome } from "./step.ts";
 
@@ -14,19 +15,21 @@ export async function restartMember(input: StepInput, deps: StepDeps, name: stri
   // volume is empty (a pod that never started), and then the member list is what it must join.
   const members = input.observation.members ?? [];
   const known = initialCluster(members);
-  const self = { name, peerURL: peerURL(name, clusterName, namespace, input.spec.pod.ClusterDomain) };
+  const self = { name, peerURL: memberPeerURL(input.spec, name, clusterName, namespace) };
   await deps.guard();
-  await createPodWithClaim(
+  const pod = memberPod({
+    cluster: input.cluster,
+    spec: input.spec,
+    name,
+    initialCluster: known.some((m) => m.name === name) ? known : [...known, self],
+    state: "existing",
+  });
+  await createMemberPodWithTls(
     deps.kube,
     input.cluster,
     input.spec,
-    memberPod({
-      cluster: input.cluster,
-      spec: input.spec,
-      name,
-      initialCluster: known.some((m) => m.name === name) ? known : [...known, self],
-      state: "existing",
-    }),
+    withMemberTls(pod, input.memberTls),
+    input.memberTls,
   );
   return {
     requeueAfterMs: 500,

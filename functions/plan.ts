@@ -24,7 +24,9 @@
 //     path etcd allows (one minor per phase), followers first; the leader last, after moving
 //     leadership to an upgraded member. Each member is replaced only once every voter is healthy
 //     and runs what its pod says. Downgrades are refused.
-// 10. Fewer voters than spec.size → add one; more → remove one follower (never the leader).
+// 10. TLS certificates changed (spec.TLS Secrets): members still on the old ones are replaced one
+//     at a time, add-then-remove (see planRotation), followers first, the leader last.
+// 11. Fewer voters than spec.size → add one; more → remove one follower (never the leader).
 import {
   ALLOW_DOWNGRADE_ANNOTATION,
   type EtcdCluster,
@@ -48,6 +50,8 @@ export interface PodView {
   ready: boolean;
   terminating: boolean;
   createdAtMs: number;
+  /** The digest of the TLS certificates the pod was created with (member-tls.ts). */
+  tlsHash?: string;
 }
 
 /** A member's PersistentVolumeClaim (persistent storage only). */
@@ -88,6 +92,8 @@ export interface Observation {
    * members themselves last knew it; only for deciding a quorum-loss recovery.
    */
   localMembers?: MemberInfo[];
+  /** A TLS cluster whose Secrets passed their checks: the digest of the member certificates. */
+  tls?: { hash: string };
 }
 
 /** What a quorum-loss recovery records on the EtcdCluster while it runs. */
@@ -104,10 +110,10 @@ export interface RecoveryMark {
 export type Step =
   | { kind: "ensure-services" }
   | { kind: "seed"; names?: string[] }
-  | { kind: "add-member"; version?: string }
+  | { kind: "add-member"; version?: string; reason?: "tls-rotation" }
   | { kind: "create-member-pod"; name: string; memberId: string }
   | { kind: "promote-member"; name: string; memberId: string }
-  | { kind: "remove-member"; name: string; memberId: string; reason: "scale-down" | "dead" }
+  | { kind: "remove-member"; name: string; memberId: string; reason: "scale-down" | "dead" | "tls-rotation" }
   | { kind: "delete-pod"; name: string; reason: string }
   | { kind: "restart-member"; name: string }
   | { kind: "delete-claim"; name: string; member: string }
@@ -347,7 +353,11 @@ export function planNextStep(o: Observation): Step {
   const upgrade = planUpgrade(o, voters);
   if (upgrade) return upgrade;
 
-  // 10. Scale.
+  // 10. Certificate rotation.
+  const rotation = planRotation(o, voters);
+  if (rotation) return rotation;
+
+  // 11. Scale.
   if (voters.length < o.spec.size) {
     // Mid-upgrade (or with an upgrade refused), a new member joins at the version the cluster runs.
     const running = voters
@@ -373,6 +383,44 @@ export function planNextStep(o: Observation): Step {
     };
   }
   return { kind: "steady" };
+}
+
+/**
+ * Members created with other certificates than the Secrets hold now are replaced one at a time:
+ * first a new member (a learner, with the new certificates; it counts towards quorum only once
+ * promoted), then, with one voter too many, a member on the old ones is removed: a follower, or
+ * the leader last after leadership moved to a member on the new ones. Replacement rather than a
+ * restart in place, because a pod's volumes cannot change and etcd reads trusted CAs only at
+ * start. Reached only when every voter is healthy and no learner is pending (rules 7 and 8), so
+ * quorum never rests on a member being replaced.
+ */
+function planRotation(o: Observation, voters: MemberInfo[]): Step | undefined {
+  const hash = o.tls?.hash;
+  if (hash === undefined) return undefined;
+  const byName = new Map(o.pods.map((p) => [p.name, p]));
+  const stale = voters.filter((m) => byName.get(memberPodName(m) ?? "")?.tlsHash !== hash);
+  if (stale.length === 0) return undefined;
+  if (voters.length <= o.spec.size) return { kind: "add-member", reason: "tls-rotation" };
+  const leader = leaderId(o);
+  const follower = stale.find((m) => m.id !== leader);
+  if (follower) {
+    return {
+      kind: "remove-member",
+      name: memberPodName(follower) ?? follower.id,
+      memberId: follower.id,
+      reason: "tls-rotation",
+    };
+  }
+  const current = voters.find((m) => !stale.includes(m));
+  const target = stale[0];
+  if (!current || !target) return undefined;
+  return {
+    kind: "move-leader",
+    fromId: target.id,
+    toId: current.id,
+    toName: memberPodName(current) ?? current.id,
+    reason: "the leader's certificates are replaced last",
+  };
 }
 
 /**

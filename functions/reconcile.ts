@@ -13,7 +13,13 @@ import {
 } from "../shared/api/etcd-cluster.ts";
 import { validateEtcdClusterSpec } from "../shared/api/validate-etcd-cluster.ts";
 import { type Condition, setCondition } from "../shared/conditions.ts";
-import { type EndpointStatus, endpointStatuses, listMembers } from "../shared/etcd-members.ts";
+import { fetchMemberJson } from "../shared/etcd-http.ts";
+import {
+  type EndpointStatus,
+  type EtcdClientOptions,
+  endpointStatuses,
+  listMembers,
+} from "../shared/etcd-members.ts";
 import { memberSelector } from "../shared/kube.ts";
 import {
   BOOTSTRAP_ANNOTATION,
@@ -23,6 +29,8 @@ import {
   memberNameOfClaim,
   VERSION_ANNOTATION,
 } from "../shared/member-pods.ts";
+import { clientTlsOn, problemKey, TLS_HASH_ANNOTATION } from "../shared/member-tls.ts";
+import { loadClusterTls, type MemberTlsMaterial, type OperatorTlsSource } from "../shared/tls-secrets.ts";
 import { addMember, createMemberPod } from "./add-member.ts";
 import { drainOldLog } from "./drain-old-log.ts";
 import { enableDowngrade } from "./enable-downgrade.ts";
@@ -61,6 +69,8 @@ export type ReconcileResult =
   | { kind: "invalid"; problems: string[] }
   | { kind: "paused" }
   | { kind: "restoring" }
+  /** Nothing may be built: a TLS Secret is missing or invalid. Looked at again after requeueAfterMs. */
+  | { kind: "blocked"; reason: string; problems: string[]; requeueAfterMs: number }
   | { kind: "step"; step: Step; outcome: StepOutcome };
 
 function podView(pod: V1Pod, nowMs: number): PodView {
@@ -77,6 +87,7 @@ function podView(pod: V1Pod, nowMs: number): PodView {
     createdAtMs: pod.metadata?.creationTimestamp ? new Date(pod.metadata.creationTimestamp).getTime() : 0,
     bootstrap: pod.metadata?.annotations?.[BOOTSTRAP_ANNOTATION]?.split(",").filter(Boolean),
     version: pod.metadata?.annotations?.[VERSION_ANNOTATION],
+    tlsHash: pod.metadata?.annotations?.[TLS_HASH_ANNOTATION],
   };
 }
 
@@ -87,10 +98,12 @@ function claimView(claim: V1PersistentVolumeClaim): ClaimView[] {
 }
 
 /** etcd's cluster version from a member's /version endpoint ({"etcdcluster": "3.6.0"}). */
-async function fetchClusterVersion(endpoint: string, timeoutMs: number): Promise<string | undefined> {
+async function fetchClusterVersion(
+  endpoint: string,
+  options: EtcdClientOptions,
+): Promise<string | undefined> {
   try {
-    const response = await fetch(`${endpoint}/version`, { signal: AbortSignal.timeout(timeoutMs) });
-    const body = (await response.json()) as { etcdcluster?: string };
+    const body = (await fetchMemberJson(`${endpoint}/version`, options)) as { etcdcluster?: string };
     return body.etcdcluster && body.etcdcluster !== "not_decided" ? body.etcdcluster : undefined;
   } catch {
     return undefined;
@@ -101,6 +114,7 @@ export async function observe(
   cluster: EtcdCluster,
   spec: NormalizedSpec,
   deps: StepDeps,
+  memberTls?: MemberTlsMaterial,
 ): Promise<Observation> {
   const namespace = cluster.metadata?.namespace ?? "default";
   const name = cluster.metadata?.name ?? "";
@@ -142,9 +156,7 @@ export async function observe(
     members === undefined && hadMembers && answering.length > 0
       ? await listMembers(answering, { ...deps.etcd, serializable: true }).catch(() => undefined)
       : undefined;
-  const clusterVersion = answering[0]
-    ? await fetchClusterVersion(answering[0], deps.etcd.timeoutMs ?? 3000)
-    : undefined;
+  const clusterVersion = answering[0] ? await fetchClusterVersion(answering[0], deps.etcd) : undefined;
   return {
     clusterVersion,
     unhealthyGraceMs: deps.unhealthyGraceMs,
@@ -165,6 +177,7 @@ export async function observe(
     oldLogDrained: cluster.metadata?.annotations?.[OLD_LOG_DRAINED_ANNOTATION] === "true",
     allowDowngrade: cluster.metadata?.annotations?.[ALLOW_DOWNGRADE_ANNOTATION] === "true",
     recovery: parseRecoveryMark(cluster.metadata?.annotations?.[RECOVERY_ANNOTATION]),
+    tls: memberTls ? { hash: memberTls.hash } : undefined,
   };
 }
 
@@ -178,6 +191,7 @@ async function runStep(step: Step, input: StepInput, deps: StepDeps): Promise<St
       return addMember(
         step.version ? { ...input, spec: { ...input.spec, version: step.version } } : input,
         deps,
+        step.reason,
       );
     case "create-member-pod":
       return createMemberPod(input, deps, step.name);
@@ -335,7 +349,7 @@ export function clusterStatus(
     members: o.members ? { ready, unready } : previous.members,
     serviceName: clientServiceName(name),
     clientPort: CLIENT_PORT,
-    clientURL: `http://${clientServiceName(name)}.${namespace}.svc:${CLIENT_PORT}`,
+    clientURL: `${clientTlsOn(o.spec) ? "https" : "http"}://${clientServiceName(name)}.${namespace}.svc:${CLIENT_PORT}`,
     selector: memberSelector(name),
     // Only set while members run another version than the spec asks for (an upgrade in progress).
     targetVersion: versions.length > 0 && versions.some((v) => v !== o.spec.version) ? o.spec.version : "",
@@ -454,12 +468,59 @@ export async function reconcile(input: ReconcileInput, deps: StepDeps): Promise<
     return { kind: "restoring" };
   }
 
-  const observation = await observe(cluster, spec, deps);
+  // TLS: the Secrets are checked before anything is built from them, on every look (a rotation
+  // starts from here). A bad one stops every step, so no member is created or replaced with it,
+  // and the running members keep the certificates they have.
+  let stepDeps = deps;
+  let memberTls: MemberTlsMaterial | undefined;
+  let operatorTls: OperatorTlsSource | undefined;
+  if (spec.TLS?.static) {
+    const tls = await loadClusterTls(
+      (ns, secret) => deps.kube.readSecret(ns, secret),
+      input.name,
+      input.namespace,
+      spec,
+      now.getTime(),
+    );
+    if (!tls.ok) {
+      const message = tls.problems.join("; ");
+      const status = simpleStatus(
+        cluster,
+        now,
+        {
+          type: "Degraded",
+          status: "True",
+          reason: "InvalidTLSSecret",
+          message: `${message}; no member is created or replaced until this is fixed`,
+          observedGeneration: generation,
+        },
+        {},
+      );
+      // Looked at again every few seconds while it lasts: only a change is written.
+      if (!sameStatus(cluster.status, status)) await deps.kube.patchClusterStatus(cluster, status);
+      // Keyed by the problem: while it lasts, the Event counts up instead of repeating.
+      await deps.kube.event(cluster, "Warning", "InvalidTLSSecret", message, {
+        key: `tls-${problemKey(message)}`,
+      });
+      return { kind: "blocked", reason: "InvalidTLSSecret", problems: tls.problems, requeueAfterMs: 10_000 };
+    }
+    // `TLS: {static: {}}` names no member Secret: members speak plain, and nothing is rotated.
+    const { member } = tls.value;
+    memberTls = member.peer || member.server ? member : undefined;
+    if (tls.value.client) stepDeps = { ...deps, etcd: { ...deps.etcd, tls: tls.value.client } };
+    operatorTls = tls.value.operatorSource;
+  }
+
+  const observation = await observe(cluster, spec, stepDeps, memberTls);
   const step = planNextStep(observation);
   const log = deps.log.child({ step: step.kind });
   let outcome: StepOutcome;
   try {
-    outcome = await runStep(step, { cluster, spec, observation }, { ...deps, log });
+    outcome = await runStep(
+      step,
+      { cluster, spec, observation, memberTls, operatorTls },
+      { ...stepDeps, log },
+    );
   } catch (error) {
     const message = error instanceof Error ? error.message : String(error);
     await deps.kube.event(cluster, "Warning", "StepFailed", `${step.kind} failed: ${message}`);

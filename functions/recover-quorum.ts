@@ -11,7 +11,8 @@
 import { randomBytes } from "node:crypto";
 import { OLD_LOG_DRAINED_ANNOTATION, RECOVERY_ANNOTATION } from "../shared/api/etcd-cluster.ts";
 import { createEtcdClient } from "../shared/etcd-members.ts";
-import { createPodWithClaim, imageOf, memberPod, newMemberName, peerURL } from "../shared/member-pods.ts";
+import { imageOf, memberPod, newMemberName } from "../shared/member-pods.ts";
+import { createMemberPodWithTls, memberPeerURL, withMemberTls } from "../shared/member-tls.ts";
 import { restoreSeedPod } from "../shared/restore-pods.ts";
 import type { RecoveryMark } from "./plan.ts";
 import type { StepDeps, StepInput, StepOutcome } from "./step.ts";
@@ -71,8 +72,10 @@ export async function createRecoverySeed(
 ): Promise<StepOutcome> {
   const namespace = input.cluster.metadata?.namespace ?? "default";
   const clusterName = input.cluster.metadata?.name ?? "";
-  const url = peerURL(seed, clusterName, namespace, input.spec.pod.ClusterDomain);
-  const pod = restoreSeedPod({
+  const url = memberPeerURL(input.spec, seed, clusterName, namespace);
+  // With TLS the seed gets its certificates like any member, and with client TLS its fetch
+  // container dials the survivor with the operator's client certificate.
+  const plain = restoreSeedPod({
     pod: memberPod({
       cluster: input.cluster,
       spec: input.spec,
@@ -80,15 +83,20 @@ export async function createRecoverySeed(
       initialCluster: [{ name: seed, peerURL: url }],
       state: "new",
     }),
-    source: { storageType: "Member", endpoint: `http://${survivorIp}:2379` },
+    source: {
+      storageType: "Member",
+      endpoint: `${input.operatorTls ? "https" : "http"}://${survivorIp}:2379`,
+      tls: input.operatorTls,
+    },
     operatorImage: deps.operatorImage,
     etcdImage: imageOf(input.spec),
     memberName: seed,
     peerURL: url,
     clusterToken: `${clusterName}-recovery-${randomBytes(4).toString("hex")}`,
   });
+  const pod = withMemberTls(plain, input.memberTls);
   await deps.guard();
-  await createPodWithClaim(deps.kube, input.cluster, input.spec, pod);
+  await createMemberPodWithTls(deps.kube, input.cluster, input.spec, pod, input.memberTls);
   return {
     requeueAfterMs: 1_000,
     event: {

@@ -9,7 +9,7 @@ export async function removeMember(
   deps: StepDeps,
   name: string,
   memberId: string,
-  reason: "scale-down" | "dead",
+  reason: "scale-down" | "dead" | "tls-rotation",
 ): Promise<StepOutcome> {
   const namespace = input.cluster.metadata?.namespace ?? "default";
   await deps.guard();
@@ -23,17 +23,23 @@ export async function removeMember(
   return {
     requeueAfterMs: 0,
     event:
-      reason === "dead"
+      reason === "tls-rotation"
         ? {
-            type: "Warning",
-            reason: "MemberReplaced",
-            message: `member ${name} was lost; removed it so a new member can replace it`,
-          }
-        : {
             type: "Normal",
-            reason: "MemberRemoved",
-            message: `removed member ${name} (target size ${input.spec.size})`,
-          },
+            reason: "MemberRotated",
+            message: `removed member ${name}, which ran on the previous TLS certificates (a member with the current ones replaced it)`,
+          }
+        : reason === "dead"
+          ? {
+              type: "Warning",
+              reason: "MemberReplaced",
+              message: `member ${name} was lost; removed it so a new member can replace it`,
+            }
+          : {
+              type: "Normal",
+              reason: "MemberRemoved",
+              message: `removed member ${name} (target size ${input.spec.size})`,
+            },
   };
 }
 

@@ -23,7 +23,8 @@ import { createEtcdClient, type EtcdClientOptions } from "../shared/etcd-members
 import { SnapshotDigest } from "../shared/etcd-snapshot.ts";
 import type { Kube } from "../shared/kube.ts";
 import type { Logger } from "../shared/log.ts";
-import { createPodWithClaim, imageOf, memberPod, newMemberName, peerURL } from "../shared/member-pods.ts";
+import { imageOf, memberPod, newMemberName, peerURL } from "../shared/member-pods.ts";
+import { createMemberPodWithTls } from "../shared/member-tls.ts";
 import { type ObjectStore, ObjectStoreError, openStore } from "../shared/object-store/index.ts";
 import { type RestoreSource, restoreSeedPod } from "../shared/restore-pods.ts";
 import { type BackupMetadata, META_SUFFIX, restoreCandidate } from "./backup-objects.ts";
@@ -197,6 +198,12 @@ export async function restoreStep(restore: EtcdRestore, deps: RestoreDeps): Prom
   if (!validation.ok)
     return fail(`EtcdCluster ${clusterName} has an invalid spec: ${validation.problems.join("; ")}`);
   const spec = validation.spec;
+  // The seed member would start without the cluster's certificates (and its members' peers and
+  // clients expect TLS): refused before anything is replaced, the cluster stays as it is.
+  if (spec.TLS?.static && (!status.phase || status.phase === "Verifying"))
+    return fail(
+      `EtcdCluster ${clusterName} uses TLS (spec.TLS.static): restoring it from a backup is not supported yet; nothing was changed`,
+    );
 
   if (!status.phase || status.phase === "Verifying") {
     const startTime = status.startTime ?? now().toISOString();
@@ -267,7 +274,8 @@ export async function restoreStep(restore: EtcdRestore, deps: RestoreDeps): Prom
       peerURL: memberPeerURL,
       clusterToken: `${clusterName}-restore-${uid}`,
     });
-    await createPodWithClaim(deps.kube, cluster, spec, pod);
+    // TLS clusters are refused before a restore gets here.
+    await createMemberPodWithTls(deps.kube, cluster, spec, pod, undefined);
     await deps.kube.event(
       cluster,
       "Normal",

@@ -3,13 +3,8 @@
 // is no data yet, and one round of pod starts instead of one learner join per member (each join
 // costs etcd's 5-second reconfiguration guard). Every pod records the full member list, so a
 // bootstrap cut short by a killed worker is finished with the same names, never a second cluster.
-import {
-  BOOTSTRAP_ANNOTATION,
-  createPodWithClaim,
-  memberPod,
-  newMemberName,
-  peerURL,
-} from "../shared/member-pods.ts";
+import { BOOTSTRAP_ANNOTATION, memberPod, newMemberName } from "../shared/member-pods.ts";
+import { createMemberPodWithTls, memberPeerURL, withMemberTls } from "../shared/member-tls.ts";
 import type { StepDeps, StepInput, StepOutcome } from "./step.ts";
 
 export async function seed(input: StepInput, deps: StepDeps, planned?: string[]): Promise<StepOutcome> {
@@ -18,18 +13,21 @@ export async function seed(input: StepInput, deps: StepDeps, planned?: string[])
   const names = planned ?? Array.from({ length: input.spec.size }, () => newMemberName(clusterName));
   const initialCluster = names.map((name) => ({
     name,
-    peerURL: peerURL(name, clusterName, namespace, input.spec.pod.ClusterDomain),
+    peerURL: memberPeerURL(input.spec, name, clusterName, namespace),
   }));
   const existing = new Set(input.observation.pods.map((p) => p.name));
   for (const name of names) {
     if (existing.has(name)) continue;
     await deps.guard();
-    const pod = memberPod({ cluster: input.cluster, spec: input.spec, name, initialCluster, state: "new" });
+    const pod = withMemberTls(
+      memberPod({ cluster: input.cluster, spec: input.spec, name, initialCluster, state: "new" }),
+      input.memberTls,
+    );
     pod.metadata = {
       ...pod.metadata,
       annotations: { ...pod.metadata?.annotations, [BOOTSTRAP_ANNOTATION]: names.join(",") },
     };
-    await createPodWithClaim(deps.kube, input.cluster, input.spec, pod);
+    await createMemberPodWithTls(deps.kube, input.cluster, input.spec, pod, input.memberTls);
   }
   return {
     requeueAfterMs: 500,

@@ -5,6 +5,7 @@ import type { EtcdCluster, NormalizedSpec } from "../shared/api/etcd-cluster.ts"
 import type { EtcdClientOptions } from "../shared/etcd-members.ts";
 import type { Kube } from "../shared/kube.ts";
 import type { Logger } from "../shared/log.ts";
+import type { MemberTlsMaterial, OperatorTlsSource } from "../shared/tls-secrets.ts";
 import type { Observation } from "./plan.ts";
 
 export interface StepDeps {
@@ -27,6 +28,10 @@ export interface StepInput {
   cluster: EtcdCluster;
   spec: NormalizedSpec;
   observation: Observation;
+  /** A TLS cluster's checked member certificates: what new member pods get (member-tls.ts). */
+  memberTls?: MemberTlsMaterial;
+  /** With client TLS: the operator's client certificate Secret, for init containers that reach members. */
+  operatorTls?: OperatorTlsSource;
 }
 
 export interface StepEvent {

@@ -40,9 +40,20 @@ function readMountedSecret(dir: string): Record<string, string> {
 }
 
 /** Streams a snapshot from a surviving member into the snapshot file (quorum-loss recovery). */
-async function fetchFromMember(endpoint: string): Promise<void> {
+async function fetchFromMember(endpoint: string, env: NodeJS.ProcessEnv): Promise<void> {
   console.log(`fetching a snapshot from member ${endpoint}`);
-  const snapshot = await openSnapshot(endpoint, { timeoutMs: 10_000 });
+  // With client TLS, the operator's client certificate (never printed) and the name to check the
+  // member's serving certificate against, since we dial its IP.
+  const dir = env.OPERATOR_TLS_DIR;
+  const tls = dir
+    ? {
+        ca: readFileSync(join(dir, "ca.crt"), "utf8"),
+        cert: readFileSync(join(dir, "client.crt"), "utf8"),
+        key: readFileSync(join(dir, "client.key"), "utf8"),
+        serverName: env.MEMBER_SERVER_NAME || undefined,
+      }
+    : undefined;
+  const snapshot = await openSnapshot(endpoint, { timeoutMs: 10_000, tls });
   const digest = new SnapshotDigest();
   try {
     await pipeline(snapshot.stream, digest, createWriteStream(SNAPSHOT_FILE));
@@ -58,7 +69,7 @@ async function fetchBackup(env: NodeJS.ProcessEnv): Promise<void> {
   // A re-run starts from a clean staging area.
   rmSync(RESTORE_DIR, { recursive: true, force: true });
   mkdirSync(RESTORE_DIR, { recursive: true });
-  if (env.STORAGE_TYPE === "Member") return fetchFromMember(required(env, "MEMBER_ENDPOINT"));
+  if (env.STORAGE_TYPE === "Member") return fetchFromMember(required(env, "MEMBER_ENDPOINT"), env);
   const type = required(env, "STORAGE_TYPE") as BackupStorageType;
   const path = required(env, "BACKUP_PATH");
   const secretDir = env.SECRET_DIR ?? SECRET_DIR;

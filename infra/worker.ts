@@ -103,6 +103,10 @@ export function createProcessor(deps: WorkerDeps) {
       if (result.kind === "invalid") {
         throw new UnrecoverableError(`invalid spec: ${result.problems.join("; ")}`);
       }
+      if (result.kind === "blocked") {
+        log.info({ reason: result.reason, problems: result.problems }, "reconcile blocked");
+        requeueAfterMs = result.requeueAfterMs;
+      }
       if (result.kind === "step") {
         const why =
           result.step.kind === "wait" ? { reason: result.step.reason, message: result.step.message } : {};

@@ -24,7 +24,7 @@ import {
   type NormalizedSpec,
   type PodPolicy,
 } from "./api/etcd-cluster.ts";
-import { type Kube, memberLabels, ownerReference } from "./kube.ts";
+import { memberLabels, ownerReference } from "./kube.ts";
 
 export const CLIENT_PORT = 2379;
 export const PEER_PORT = 2380;
@@ -321,19 +321,4 @@ export function quorumBudget(cluster: EtcdCluster, size: number): V1PodDisruptio
     metadata: ownedMetadata(cluster, clusterName),
     spec: { minAvailable: Math.floor(size / 2) + 1, selector: { matchLabels: memberLabels(clusterName) } },
   };
-}
-
-/**
- * Creates a member's pod, and first its data claim when the cluster keeps data on persistent volumes
- * (a claim that exists already, as when a member comes back to its volume, is kept).
- */
-export async function createPodWithClaim(
-  kube: Kube,
-  cluster: EtcdCluster,
-  spec: NormalizedSpec,
-  pod: V1Pod,
-): Promise<void> {
-  const name = pod.metadata?.name ?? "";
-  if (spec.pod.persistentVolumeClaimSpec) await kube.createClaim(memberClaim(cluster, spec, name));
-  await kube.createPod(pod);
 }

@@ -22,7 +22,13 @@ export interface MemberSource {
   storageType: "Member";
   /** e.g. "http://10.78.0.7:2379" */
   endpoint: string;
+  /** With client TLS: the operator's client certificate Secret, mounted into the fetch container. */
+  tls?: { secretName: string; keys: { cert: string; key: string; ca: string }; serverName: string };
 }
+
+/** Where the fetch container finds the operator's client certificate (client.crt, client.key, ca.crt). */
+export const OPERATOR_TLS_DIR = "/etc/etcd-operator-tls";
+const OPERATOR_TLS_VOLUME = "operator-tls";
 
 export interface RestoreSource {
   storageType: "S3" | "OSS";
@@ -62,8 +68,15 @@ function fetchContainer(source: RestoreSource | MemberSource, operatorImage: str
       name: "fetch-snapshot",
       image: operatorImage,
       command,
-      env: env({ STORAGE_TYPE: "Member", MEMBER_ENDPOINT: source.endpoint }),
-      volumeMounts: [dataMount],
+      env: env({
+        STORAGE_TYPE: "Member",
+        MEMBER_ENDPOINT: source.endpoint,
+        OPERATOR_TLS_DIR: source.tls ? OPERATOR_TLS_DIR : undefined,
+        MEMBER_SERVER_NAME: source.tls?.serverName,
+      }),
+      volumeMounts: source.tls
+        ? [dataMount, { name: OPERATOR_TLS_VOLUME, mountPath: OPERATOR_TLS_DIR, readOnly: true }]
+        : [dataMount],
     };
   }
   return {
@@ -113,9 +126,23 @@ export function restoreSeedPod(input: RestoreSeedInput): V1Pod {
   };
   const spec = input.pod.spec ?? { containers: [] };
   const secretVolumes =
-    source.storageType === "Member"
-      ? []
-      : [{ name: SECRET_VOLUME, secret: { secretName: source.secretName } }];
+    source.storageType !== "Member"
+      ? [{ name: SECRET_VOLUME, secret: { secretName: source.secretName } }]
+      : source.tls
+        ? [
+            {
+              name: OPERATOR_TLS_VOLUME,
+              secret: {
+                secretName: source.tls.secretName,
+                items: [
+                  { key: source.tls.keys.cert, path: "client.crt" },
+                  { key: source.tls.keys.key, path: "client.key" },
+                  { key: source.tls.keys.ca, path: "ca.crt" },
+                ],
+              },
+            },
+          ]
+        : [];
   return {
     ...input.pod,
     spec: {

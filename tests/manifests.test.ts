@@ -823,6 +823,8 @@ await t.test("the namespaced RBAC is enough to run a cluster, and no more than i
   t.ok(canI("get", "secrets", NAMESPACE), "reads a Secret it is given the name of");
   t.ok(canI("create", "tokenreviews.authentication.k8s.io"), "asks TokenReviews");
   t.notOk(canI("list", "secrets", NAMESPACE), "cannot list Secrets");
+  t.ok(canI("create", "secrets", NAMESPACE), "creates each TLS member's copy of its certificates");
+  t.notOk(canI("delete", "secrets", NAMESPACE), "cannot delete Secrets (the copies go with their pods)");
   t.notOk(
     canI("update", "etcdclusters.etcd.database.coreos.com", NAMESPACE),
     "cannot change an EtcdCluster's spec",

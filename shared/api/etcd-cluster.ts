@@ -354,14 +354,18 @@ export const MemberSecretSchema = Type.Object(
       Type.String({
         description:
           "Secret with the certificate each member uses for peer traffic: keys peer.crt, peer.key and " +
-          "peer-ca.crt. Enables TLS between members.",
+          "peer-ca.crt (or tls.crt, tls.key and ca.crt, as cert-manager writes them). Enables TLS between " +
+          "members. The certificate must be valid for *.<cluster>.<namespace>.svc and allow server and client " +
+          "authentication; peer-ca.crt must hold its CA (during a CA change, old and new).",
       }),
     ),
     serverSecret: Type.Optional(
       Type.String({
         description:
           "Secret with the certificate each member serves clients with: keys server.crt, server.key and " +
-          "server-ca.crt. Enables TLS for clients; needs operatorSecret.",
+          "server-ca.crt (or tls.crt, tls.key and ca.crt). Enables TLS for clients, who must then present a " +
+          "certificate signed by a CA in server-ca.crt; needs operatorSecret. The certificate must be valid for " +
+          "*.<cluster>.<namespace>.svc and <cluster>-client.<namespace>.svc.",
       }),
     ),
   },
@@ -375,12 +379,18 @@ export const StaticTLSSchema = Type.Object(
       Type.String({
         description:
           "Secret with the client certificate the operator talks to the members with: keys etcd-client.crt, " +
-          "etcd-client.key and etcd-client-ca.crt. Required exactly when member.serverSecret is set.",
+          "etcd-client.key and etcd-client-ca.crt (or tls.crt, tls.key and ca.crt); etcd-client-ca.crt must " +
+          "hold the CA of the members' serving certificates. Required exactly when member.serverSecret is set.",
       }),
     ),
   },
   {
-    description: "TLS from certificates you create and store in Secrets in the cluster's namespace.",
+    description:
+      "TLS from certificates you create and store in Secrets in the cluster's namespace (by hand or with " +
+      "cert-manager). The operator checks them before it builds anything and gives each member a copy; when " +
+      "their content changes, members are replaced one at a time with the new certificates. For a new CA, " +
+      "change the Secrets in three steps, each rolled out before the next: a CA bundle with old and new CA, " +
+      "then the new certificates, then the new CA alone.",
     "x-kubernetes-validations": [
       {
         rule: "has(self.operatorSecret) == (has(self.member) && has(self.member.serverSecret))",

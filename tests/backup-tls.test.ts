@@ -1,0 +1,108 @@
+// End-to-end: an EtcdBackup of a cluster that serves clients only over TLS, with the coreos
+// `clientTLSSecret`: the snapshot is taken with that client certificate and lands in S3; without
+// the Secret the backup fails with a reason, and a Secret that is not a client certificate is
+// refused before any member is asked.
+import { CustomObjectsApi } from "@kubernetes/client-node";
+import t from "tap";
+import { installCrds } from "../infra/crds.ts";
+import { startLocalCluster } from "../infra/local/control-plane.ts";
+import { clientsFor } from "../infra/local/kube-wait.ts";
+import { Kube } from "../shared/kube.ts";
+import { createCertificateAuthority, issueCertificate } from "../shared/pki.ts";
+import { awsSecretData, createBackup, createSecret, waitBackupOutcome } from "./helpers/backups.ts";
+import { type ClusterClients, createCluster, waitReady } from "./helpers/clusters.ts";
+import { type OperatorProcess, startOperatorProcess } from "./helpers/operator-processes.ts";
+
+const NS = "default";
+const NAME = "vault";
+const cluster = await startLocalCluster({ name: "e2e-backup-tls", objectStore: true });
+t.teardown(() => cluster.stop());
+const store = cluster.s3;
+if (!store) throw new Error("the local cluster started without its object store");
+const { kc, core } = clientsFor(cluster.kubeconfigPath);
+const c: ClusterClients = { kube: new Kube(kc), core, custom: kc.makeApiClient(CustomObjectsApi) };
+await installCrds(kc);
+await store.createBucket("backups");
+await createSecret(c, NS, "aws", awsSecretData(store));
+const processes: OperatorProcess[] = [startOperatorProcess(cluster, "all")];
+t.teardown(async () => {
+  for (const p of processes) await p.kill("SIGKILL");
+});
+
+const ca = await createCertificateAuthority("vault-ca");
+const member = `*.${NAME}.${NS}.svc`;
+const peer = await issueCertificate(ca, {
+  commonName: "peer",
+  dnsNames: [member],
+  usage: ["server", "client"],
+});
+const server = await issueCertificate(ca, {
+  commonName: "server",
+  dnsNames: [member, `${NAME}-client.${NS}.svc`],
+  usage: ["server", "client"],
+});
+const operator = await issueCertificate(ca, { commonName: "etcd-operator", usage: ["client"] });
+const backupClient = await issueCertificate(ca, { commonName: "etcd-backup", usage: ["client"] });
+await createSecret(c, NS, "vault-peer", {
+  "peer.crt": peer.cert,
+  "peer.key": peer.key,
+  "peer-ca.crt": ca.cert,
+});
+await createSecret(c, NS, "vault-server", {
+  "server.crt": server.cert,
+  "server.key": server.key,
+  "server-ca.crt": ca.cert,
+});
+const clientSecret = (pair: { cert: string; key: string }) => ({
+  "etcd-client.crt": pair.cert,
+  "etcd-client.key": pair.key,
+  "etcd-client-ca.crt": ca.cert,
+});
+await createSecret(c, NS, "vault-operator", clientSecret(operator));
+await createSecret(c, NS, "vault-backup", clientSecret(backupClient));
+// A serving certificate where a client one belongs: its extended key usage refuses client auth.
+await createSecret(c, NS, "vault-not-a-client", {
+  ...clientSecret(await issueCertificate(ca, { commonName: "x", dnsNames: ["x"], usage: ["server"] })),
+});
+
+const s3 = (key: string) => ({
+  storageType: "S3",
+  s3: { path: `backups/${key}`, awsSecret: "aws", endpoint: store.endpoint, forcePathStyle: true },
+});
+
+t.test("a TLS cluster is backed up with the client certificate of clientTLSSecret", async (t) => {
+  await createCluster(c, NS, NAME, {
+    size: 1,
+    TLS: {
+      static: {
+        member: { peerSecret: "vault-peer", serverSecret: "vault-server" },
+        operatorSecret: "vault-operator",
+      },
+    },
+  });
+  await waitReady(c, NS, NAME, 1, 120_000);
+  const endpoints = [`https://${NAME}-client:2379`];
+
+  await createBackup(c, NS, "with-tls", {
+    etcdEndpoints: endpoints,
+    clientTLSSecret: "vault-backup",
+    ...s3("with-tls"),
+  });
+  const ok = await waitBackupOutcome(c, NS, "with-tls");
+  t.equal(ok.succeeded, true, `the backup succeeded (${ok.reason ?? ""})`);
+  t.ok((ok.backupSize ?? 0) > 0, `it holds ${ok.backupSize} bytes`);
+
+  await createBackup(c, NS, "without-tls", { etcdEndpoints: endpoints, ...s3("without-tls") });
+  const refused = await waitBackupOutcome(c, NS, "without-tls");
+  t.equal(refused.succeeded, false, "without clientTLSSecret the members refuse the backup");
+  t.match(refused.reason ?? "", /no healthy etcd member/);
+
+  await createBackup(c, NS, "wrong-secret", {
+    etcdEndpoints: endpoints,
+    clientTLSSecret: "vault-not-a-client",
+    ...s3("wrong-secret"),
+  });
+  const wrong = await waitBackupOutcome(c, NS, "wrong-secret");
+  t.equal(wrong.succeeded, false);
+  t.match(wrong.reason ?? "", /spec\.clientTLSSecret.*does not allow client authentication/);
+});
