@@ -438,6 +438,9 @@ export async function reconcile(input: ReconcileInput, deps: StepDeps): Promise<
   const observation = await observe(cluster, spec, deps);
   const step = planNextStep(observation);
   const log = deps.log.child({ step: step.kind });
+  // Names the step before it changes anything: an operator killed mid-step leaves this line as the
+  // record of what it was doing (the chaos suite kills workers on it).
+  log.debug("step starting");
   let outcome: StepOutcome;
   try {
     outcome = await runStep(step, { cluster, spec, observation }, { ...deps, log });
