@@ -278,7 +278,7 @@ export const PodPolicySchema = Type.Object(
             'Extra etcd flags for the etcd container, each "--flag=value" or "--flag" (e.g. ' +
             '"--quota-backend-bytes=8589934592", "--auto-compaction-retention=1h"). The flags the operator sets ' +
             `itself (${OPERATOR_OWNED_ETCD_FLAGS.join(", ")}) are rejected. Applies to members created after a change.`,
-          maxItems: 128,
+          maxItems: 64,
         },
       ),
     ),
