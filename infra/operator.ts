@@ -16,6 +16,7 @@ import { createLogger, type Logger } from "../shared/log.ts";
 import { BACKUP_QUEUE, RECONCILE_QUEUE } from "../shared/queue.ts";
 import { startBackupWatcher } from "./backup-watcher.ts";
 import { startBackupWorker } from "./backup-worker.ts";
+import { startChaos } from "./chaos.ts";
 import { installCrds } from "./crds.ts";
 import { type RunningHttp, startHttp } from "./http/server.ts";
 import { guardSchedules } from "./scheduler.ts";
@@ -79,6 +80,8 @@ export async function startOperator(options: {
     );
     closers.push(async () => guard.stop());
     log.info({ everyMs: config.reconcileIntervalMs }, "resync scheduled");
+    const chaos = startChaos({ kube, redis, config, log });
+    closers.push(async () => chaos.stop());
   }
   if (role === "all" || role === "worker") {
     workerConnection = new Redis(config.redisUrl, { maxRetriesPerRequest: null });

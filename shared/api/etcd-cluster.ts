@@ -51,6 +51,11 @@ export const ALLOW_DOWNGRADE_ANNOTATION = `${GROUP}/allow-downgrade`;
 export const OLD_LOG_DRAINED_ANNOTATION = `${GROUP}/pre-3.6-log-drained`;
 /** Set while the cluster is rebuilt from a surviving member after losing quorum (JSON, see functions/plan.ts RecoveryMark). */
 export const RECOVERY_ANNOTATION = `${GROUP}/quorum-recovery`;
+/**
+ * "true" opts a cluster in to the operator's chaos mode (CHAOS_LEVEL > 0, for test environments):
+ * now and then one of its member pods is deleted. Clusters without it are never touched.
+ */
+export const CHAOS_ANNOTATION = `${GROUP}/chaos`;
 
 export const DEFAULT_REPOSITORY = "quay.io/coreos/etcd";
 /** coreos's default init-container image; the init container waits for the member's DNS name. */
