@@ -4,6 +4,7 @@
 import type { V1PersistentVolumeClaim, V1Pod } from "@kubernetes/client-node";
 import {
   ALLOW_DOWNGRADE_ANNOTATION,
+  clusterNameProblem,
   type EtcdCluster,
   type EtcdClusterStatus,
   type NormalizedSpec,
@@ -380,8 +381,12 @@ export async function reconcile(input: ReconcileInput, deps: StepDeps): Promise<
   const generation = cluster.metadata?.generation;
 
   const validation = validateEtcdClusterSpec(cluster.spec ?? {});
-  if (!validation.ok) {
-    const message = validation.problems.join("; ");
+  // The CRD refuses such names; a cluster created before that rule (or without the CRD's rules) is
+  // reported here instead of failing at every pod and Service it would need.
+  const nameProblem = clusterNameProblem(input.name);
+  if (!validation.ok || nameProblem) {
+    const problems = [...(nameProblem ? [nameProblem] : []), ...(validation.ok ? [] : validation.problems)];
+    const message = problems.join("; ");
     await deps.kube.patchClusterStatus(
       cluster,
       simpleStatus(
@@ -392,7 +397,7 @@ export async function reconcile(input: ReconcileInput, deps: StepDeps): Promise<
       ),
     );
     await deps.kube.event(cluster, "Warning", "InvalidSpec", message);
-    return { kind: "invalid", problems: validation.problems };
+    return { kind: "invalid", problems };
   }
   const spec = validation.spec;
   if (spec.paused) {

@@ -289,7 +289,10 @@ export async function killWorkerAtSteps(
     t.operator.workers.splice(0, 1);
     worker = t.operator.start("worker");
   }
-  return { kind: "kill-worker-at-step", detail: `${what}; worker SIGKILLed at ${killed.join(", ")}` };
+  return {
+    kind: `kill-worker-at-${steps.join("+")}`,
+    detail: `${what}; worker SIGKILLed at ${killed.join(", ")}`,
+  };
 }
 
 /** SIGKILLs the watcher and starts another, while a member pod is deleted. */
@@ -309,7 +312,8 @@ export async function threeWorkers(t: Target): Promise<FaultReport & { done(): P
     kind: "three-workers",
     detail: `3 workers; ${deleted.detail} deleted`,
     async done() {
-      for (const extra of t.operator.workers.splice(1)) await extra.kill("SIGTERM");
+      // SIGKILL: one may be mid-job; its lease expires and another worker carries on.
+      for (const extra of t.operator.workers.splice(1)) await extra.kill("SIGKILL");
     },
   };
 }
