@@ -104,7 +104,9 @@ t.test("chaos mode kills members of the opted-in cluster only, one at a time, an
   );
   t.ok(events.length >= KILLS, `${events.length} ChaosKilledMember Events`);
   t.match(events[0]?.message, /chaos mode \(level 10\) deleted member pod monkey-\S+/, "naming the pod");
-  t.comment(`waited ${convergeTimes.join(", ")} ms for it to be whole again after each kill event (a kill can land while the previous wait is still polling)`);
+  t.comment(
+    `waited ${convergeTimes.join(", ")} ms for it to be whole again after each kill event (a kill can land while the previous wait is still polling)`,
+  );
   t.ok(fewestReady >= 2, `never more than one member down (fewest Ready: ${fewestReady})`);
   t.ok(acknowledged.length > 20, `${acknowledged.length} writes acknowledged meanwhile`);
   t.same(
