@@ -78,7 +78,7 @@ try {
       writesChecked += result.writesChecked;
       log(
         `round ${round} ${name}: ${result.detail}; converged in ${result.convergeMs} ms; ` +
-          `${result.writesChecked} writes checked, ${result.missing.length} missing`,
+          `longest write gap ${result.longestWriteGapMs} ms; ${result.writesChecked} writes checked, ${result.missing.length} missing`,
       );
       if (result.missing.length > 0)
         throw new Error(`acknowledged writes missing: ${result.missing.map((w) => w.key).join(", ")}`);
@@ -107,8 +107,13 @@ const summary = {
   convergeMs: { p50: percentile(times, 50), p99: percentile(times, 99), max: Math.max(0, ...times) },
   convergeMsByKind: Object.fromEntries(
     kinds.map((k) => {
-      const of = results.filter((r) => r.kind === k).map((r) => r.convergeMs);
-      return [k, { p50: percentile(of, 50), p99: percentile(of, 99) }];
+      const of = results.filter((r) => r.kind === k);
+      const ms = of.map((r) => r.convergeMs);
+      const gaps = of.map((r) => r.longestWriteGapMs);
+      return [
+        k,
+        { p50: percentile(ms, 50), p99: percentile(ms, 99), longestWriteGapMs: Math.max(0, ...gaps) },
+      ];
     }),
   ),
   boundMs: BOUND_MS,

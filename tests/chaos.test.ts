@@ -16,7 +16,6 @@ import { clientsFor } from "../infra/local/kube-wait.ts";
 import { newestPatchOf } from "../shared/etcd-versions.ts";
 import { Kube } from "../shared/kube.ts";
 import {
-  deleteMemberPod,
   endpointsOf,
   type Fault,
   killMemberProcess,
@@ -73,8 +72,8 @@ const writer = startWriter(() => endpointsOf(target), "chaos/");
 // Each class once, in an order drawn from the seed.
 const plan: [string, Fault][] = [
   ...Object.entries(OTHER_FAULTS),
+  // Member pods are deleted in most of the other faults; a member's process is killed here.
   ["kill-member-process", killMemberProcess],
-  ["delete-member-pod", deleteMemberPod],
 ];
 for (let i = plan.length - 1; i > 0; i--) {
   const j = rand.int(i + 1);
@@ -87,7 +86,9 @@ for (const [index, [kind, fault]] of plan.entries()) {
     async (t) => {
       const result = await runRound(target, writer, fault, BOUND_MS);
       results.push(result);
-      t.comment(`${result.detail}: converged in ${result.convergeMs} ms`);
+      t.comment(
+        `${result.detail}: converged in ${result.convergeMs} ms; longest time without an acknowledged write ${result.longestWriteGapMs} ms`,
+      );
       t.ok(result.convergeMs <= BOUND_MS, `converged in ${result.convergeMs} ms`);
       t.ok(result.writesChecked > 0, `${result.writesChecked} acknowledged writes so far`);
       t.same(

@@ -401,6 +401,8 @@ export interface RoundResult {
   convergeMs: number;
   /** Acknowledged writes read back after this round. */
   writesChecked: number;
+  /** The longest time without an acknowledged write during the round (fault to convergence). */
+  longestWriteGapMs: number;
   missing: AcknowledgedWrite[];
 }
 
@@ -419,12 +421,22 @@ export async function runRound(
   const convergeMs = await waitConverged(t, started, boundMs);
   await report.done?.();
   const acknowledged = writer.acknowledged();
+  const ended = started + convergeMs;
+  let last = started;
+  let longestWriteGapMs = 0;
+  for (const w of acknowledged) {
+    if (w.atMs < started || w.atMs > ended) continue;
+    longestWriteGapMs = Math.max(longestWriteGapMs, w.atMs - last);
+    last = w.atMs;
+  }
+  longestWriteGapMs = Math.max(longestWriteGapMs, ended - last);
   const missing = await missingWrites(await endpointsOf(t), acknowledged);
   return {
     kind: report.kind,
     detail: report.detail,
     convergeMs,
     writesChecked: acknowledged.length,
+    longestWriteGapMs,
     missing,
   };
 }

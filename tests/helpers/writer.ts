@@ -54,7 +54,9 @@ export function startWriter(
   const running = (async () => {
     let i = 0;
     while (!stopped) {
-      const hosts = await endpoints().catch(() => []);
+      // When discovery fails (kube-apiserver down), keep writing to the members last seen: the
+      // writer measures etcd's availability, not the API server's.
+      const hosts = await endpoints().catch(() => client?.hosts.split(",") ?? []);
       if (hosts.length > 0) {
         const joined = [...hosts].sort().join(",");
         if (client?.hosts !== joined) {
