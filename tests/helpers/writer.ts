@@ -47,6 +47,7 @@ export function startWriter(
   let lastSuccess = Date.now();
   let longestGapMs = 0;
   let client: { hosts: string; etcd: Etcd3 } | undefined;
+  let lastHosts: string[] = [];
   const drop = () => {
     client?.etcd.close();
     client = undefined;
@@ -56,7 +57,8 @@ export function startWriter(
     while (!stopped) {
       // When discovery fails (kube-apiserver down), keep writing to the members last seen: the
       // writer measures etcd's availability, not the API server's.
-      const hosts = await endpoints().catch(() => client?.hosts.split(",") ?? []);
+      const hosts = await endpoints().catch(() => lastHosts);
+      lastHosts = hosts;
       if (hosts.length > 0) {
         const joined = [...hosts].sort().join(",");
         if (client?.hosts !== joined) {
