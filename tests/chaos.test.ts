@@ -30,7 +30,7 @@ import {
 } from "./helpers/chaos.ts";
 import { type ClusterClients, createCluster } from "./helpers/clusters.ts";
 import { chooser, seedFrom } from "./helpers/random.ts";
-import { missingWrites, startWriter } from "./helpers/writer.ts";
+import { missingWrites, startWriter, type Writer } from "./helpers/writer.ts";
 
 const SEED = seedFrom(process.env.CHAOS_SEED);
 /** Every fault must be healed within this (a replaced member: lease expiry, remove, add, catch up). */
@@ -65,9 +65,15 @@ t.test("the cluster is created while the worker is SIGKILLed as it seeds", async
   });
   const ms = await waitConverged(target, started, BOUND_MS);
   t.pass(`${report.detail}; Available in ${ms} ms`);
+  writer = startWriter(() => endpointsOf(target), "chaos/");
 });
 
-const writer = startWriter(() => endpointsOf(target), "chaos/");
+// Started once the cluster serves (below), so its figures are about the faults, not the bootstrap.
+let writer: Writer | undefined;
+const running = (): Writer => {
+  if (!writer) throw new Error("the cluster was never created");
+  return writer;
+};
 
 // Each class once, in an order drawn from the seed.
 const plan: [string, Fault][] = [
@@ -84,7 +90,7 @@ for (const [index, [kind, fault]] of plan.entries()) {
   t.test(
     `fault ${index + 1}/${plan.length}: ${kind}; converges within ${BOUND_MS / 1000} s, nothing acknowledged lost`,
     async (t) => {
-      const result = await runRound(target, writer, fault, BOUND_MS);
+      const result = await runRound(target, running(), fault, BOUND_MS);
       results.push(result);
       t.comment(
         `${result.detail}: converged in ${result.convergeMs} ms; longest time without an acknowledged write ${result.longestWriteGapMs} ms`,
@@ -101,7 +107,7 @@ for (const [index, [kind, fault]] of plan.entries()) {
 }
 
 t.test("the writer kept writing through the faults", async (t) => {
-  const { acknowledged, attempted, longestGapMs } = await writer.stop();
+  const { acknowledged, attempted, longestGapMs } = await running().stop();
   t.ok(acknowledged.length > 100, `${acknowledged.length} of ${attempted} writes acknowledged`);
   const missing = await missingWrites(await endpointsOf(target), acknowledged);
   t.same(

@@ -44,7 +44,8 @@ export function startWriter(
   const acknowledged: AcknowledgedWrite[] = [];
   let attempted = 0;
   let stopped = false;
-  let lastSuccess = Date.now();
+  // Gaps are counted from the first acknowledged write (the cluster may still be starting before it).
+  let lastSuccess: number | undefined;
   let longestGapMs = 0;
   let client: { hosts: string; etcd: Etcd3 } | undefined;
   let lastHosts: string[] = [];
@@ -79,7 +80,7 @@ export function startWriter(
             .exec();
           const now = Date.now();
           acknowledged.push({ key, value, revision: Number(answer.header.revision), atMs: now });
-          longestGapMs = Math.max(longestGapMs, now - lastSuccess);
+          longestGapMs = Math.max(longestGapMs, now - (lastSuccess ?? now));
           lastSuccess = now;
         } catch {
           // Not acknowledged: it may or may not have committed, so it is never checked.
@@ -95,7 +96,7 @@ export function startWriter(
     async stop() {
       stopped = true;
       await running;
-      longestGapMs = Math.max(longestGapMs, Date.now() - lastSuccess);
+      longestGapMs = Math.max(longestGapMs, Date.now() - (lastSuccess ?? Date.now()));
       return { acknowledged: [...acknowledged], attempted, longestGapMs };
     },
   };
