@@ -88,7 +88,7 @@ for (let i = plan.length - 1; i > 0; i--) {
 
 for (const [index, [kind, fault]] of plan.entries()) {
   t.test(
-    `fault ${index + 1}/${plan.length}: ${kind}; converges within ${BOUND_MS / 1000} s, nothing acknowledged lost`,
+    `fault ${index + 1}/${plan.length} (CHAOS_SEED=${SEED}): ${kind}; converges within ${BOUND_MS / 1000} s, nothing acknowledged lost`,
     async (t) => {
       const result = await runRound(target, running(), fault, BOUND_MS);
       results.push(result);
