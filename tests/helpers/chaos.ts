@@ -363,12 +363,6 @@ export function percentile(values: readonly number[], p: number): number {
 
 export type Fault = (t: Target) => Promise<FaultReport & { done?(): Promise<void> }>;
 
-/** Member-level faults: the ones the long run repeats 100 times. */
-export const MEMBER_FAULTS: Record<string, Fault> = {
-  "kill-member-process": killMemberProcess,
-  "delete-member-pod": deleteMemberPod,
-};
-
 /** How long a partition lasts: shorter than the suite's MEMBER_UNHEALTHY_GRACE_MS, so it heals in place. */
 export const PARTITION_MS = 10_000;
 
