@@ -4,6 +4,7 @@
 import type { V1PersistentVolumeClaim, V1Pod } from "@kubernetes/client-node";
 import {
   ALLOW_DOWNGRADE_ANNOTATION,
+  clusterNameProblem,
   type EtcdCluster,
   type EtcdClusterStatus,
   type NormalizedSpec,
@@ -409,8 +410,12 @@ export async function reconcile(input: ReconcileInput, deps: StepDeps): Promise<
   const generation = cluster.metadata?.generation;
 
   const validation = validateEtcdClusterSpec(cluster.spec ?? {});
-  if (!validation.ok) {
-    const message = validation.problems.join("; ");
+  // The CRD refuses such names; a cluster created before that rule (or without the CRD's rules) is
+  // reported here instead of failing at every pod and Service it would need.
+  const nameProblem = clusterNameProblem(input.name);
+  if (!validation.ok || nameProblem) {
+    const problems = [...(nameProblem ? [nameProblem] : []), ...(validation.ok ? [] : validation.problems)];
+    const message = problems.join("; ");
     const changed = await writeStatusIfChanged(
       deps,
       cluster,
@@ -423,7 +428,7 @@ export async function reconcile(input: ReconcileInput, deps: StepDeps): Promise<
     );
     // Announced when it starts (or changes), not on every resync.
     if (changed) await deps.kube.event(cluster, "Warning", "InvalidSpec", message);
-    return { kind: "invalid", problems: validation.problems };
+    return { kind: "invalid", problems };
   }
   const spec = validation.spec;
   if (spec.paused) {
@@ -514,6 +519,9 @@ export async function reconcile(input: ReconcileInput, deps: StepDeps): Promise<
   const observation = await observe(cluster, spec, stepDeps, memberTls);
   const step = planNextStep(observation);
   const log = deps.log.child({ step: step.kind });
+  // Names the step before it changes anything: an operator killed mid-step leaves this line as the
+  // record of what it was doing (the chaos suite kills workers on it).
+  log.debug("step starting");
   let outcome: StepOutcome;
   try {
     outcome = await runStep(

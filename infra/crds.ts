@@ -27,6 +27,7 @@ import {
   EtcdBackupStatusSchema,
 } from "../shared/api/etcd-backup.ts";
 import {
+  CLUSTER_OBJECT_VALIDATIONS,
   EtcdClusterSpecSchema,
   EtcdClusterStatusSchema,
   GROUP,
@@ -209,6 +210,7 @@ const RESOURCES: Resource[] = [
       "to match spec.size and upgrades them to spec.version one at a time.",
     spec: EtcdClusterSpecSchema,
     status: EtcdClusterStatusSchema,
+    validations: CLUSTER_OBJECT_VALIDATIONS,
     columns: [
       { name: "Size", type: "integer", jsonPath: ".spec.size", description: "Members wanted" },
       { name: "Ready", type: "integer", jsonPath: ".status.readyMembers", description: "Members ready" },

@@ -71,6 +71,7 @@ export async function startOperator(options: {
   }
   if (role === "all" || role === "scheduler") {
     const { guardSchedules } = await import("./scheduler.ts");
+    const { startChaos } = await import("./chaos.ts");
     const { resyncAll } = await import("./worker.ts");
     const kube = new Kube(kc);
     const guard = await guardSchedules(
@@ -82,6 +83,8 @@ export async function startOperator(options: {
     );
     closers.push(async () => guard.stop());
     log.info({ everyMs: config.reconcileIntervalMs }, "resync scheduled");
+    const chaos = startChaos({ kube, redis, config, log });
+    closers.push(async () => chaos.stop());
   }
   if (role === "all" || role === "worker") {
     const { startWorker } = await import("./worker.ts");

@@ -25,6 +25,13 @@ export interface OperatorConfig {
   operatorImage: string;
   /** Backups and restores in parallel per worker process (each streams one snapshot). */
   backupConcurrency: number;
+  /**
+   * Chaos mode for test environments (coreos's --chaos-level): 0 is off; at level N (1–10) the
+   * scheduler deletes a random member pod of each opted-in, healthy cluster with probability N/10
+   * every chaosIntervalMs.
+   */
+  chaosLevel: number;
+  chaosIntervalMs: number;
   // --- HTTP server (infra/http): API, admission webhook, health, metrics, dashboard ---
   /** Port of the HTTP server; 0 picks a free one (tests). */
   httpPort: number;
@@ -100,6 +107,8 @@ export function loadConfig(env: Record<string, string | undefined>): OperatorCon
     logPretty: bool(env, "LOG_PRETTY", false),
     operatorImage: env.OPERATOR_IMAGE || DEFAULT_OPERATOR_IMAGE,
     backupConcurrency: int(env, "BACKUP_CONCURRENCY", 2, 1, 64),
+    chaosLevel: int(env, "CHAOS_LEVEL", 0, 0, 10),
+    chaosIntervalMs: int(env, "CHAOS_INTERVAL_MS", 30_000, 1_000, 86_400_000),
     ...httpConfig(env),
   };
 }

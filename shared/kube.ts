@@ -138,9 +138,17 @@ export class Kube {
     }
   }
 
-  async deletePod(namespace: string, name: string): Promise<void> {
+  async deletePod(
+    namespace: string,
+    name: string,
+    options: { gracePeriodSeconds?: number } = {},
+  ): Promise<void> {
     try {
-      await this.core.deleteNamespacedPod({ namespace, name });
+      await this.core.deleteNamespacedPod({
+        namespace,
+        name,
+        gracePeriodSeconds: options.gracePeriodSeconds,
+      });
     } catch (error) {
       if (httpStatusOf(error) !== 404) throw error;
     }

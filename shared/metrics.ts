@@ -22,6 +22,7 @@ export interface OperatorMetrics {
   queueWaitSeconds: Histogram<"queue">;
   admissionReviews: Counter<"resource" | "operation" | "allowed">;
   httpRequests: Counter<"method" | "route" | "status">;
+  chaosKills: Counter<"namespace" | "cluster">;
 }
 
 function create(): OperatorMetrics {
@@ -73,6 +74,12 @@ function create(): OperatorMetrics {
       name: `${METRIC_PREFIX}http_requests_total`,
       help: "HTTP requests answered, by method, route template and status code.",
       labelNames: ["method", "route", "status"],
+      registers,
+    }),
+    chaosKills: new Counter({
+      name: `${METRIC_PREFIX}chaos_kills_total`,
+      help: "Member pods deleted by chaos mode (CHAOS_LEVEL > 0), by cluster; only clusters that opted in.",
+      labelNames: ["namespace", "cluster"],
       registers,
     }),
   };

@@ -49,6 +49,32 @@ t.test("a spec the reconcile would refuse is refused at admission with the same 
   t.match(missing.message, /spec must be an object/);
 });
 
+t.test(
+  "a new cluster's name must make DNS-label member pod names; an existing one is not refused for it",
+  async (t) => {
+    const named = (name: string) => ({ ...cluster({ size: 3 }), metadata: { name, namespace: "default" } });
+    t.equal(
+      reviewEtcdCluster({ operation: "CREATE", object: named("a".repeat(52)) }).allowed,
+      true,
+      "52 characters",
+    );
+    for (const name of ["a".repeat(53), "1abc", "a.b", "a_b"]) {
+      const refused = reviewEtcdCluster({ operation: "CREATE", object: named(name) });
+      t.equal(refused.allowed, false, `${name.length > 20 ? `${name.length} characters` : name} refused`);
+      t.match(
+        refused.message,
+        /metadata.name must be at most 52 characters of a-z, 0-9 and "-", starting with a letter/,
+      );
+    }
+    const long = named("a".repeat(60));
+    t.equal(
+      update(long, { ...long, spec: { size: 3, paused: true } }).allowed,
+      true,
+      "an update of an old one passes",
+    );
+  },
+);
+
 t.test("a scale-down removes at most half of the members in one change", async (t) => {
   t.equal(scaleDownProblem(5, 3), undefined, "5 → 3");
   t.equal(scaleDownProblem(3, 2), undefined, "3 → 2");

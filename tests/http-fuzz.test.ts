@@ -10,20 +10,10 @@ import { startLocalCluster } from "../infra/local/control-plane.ts";
 import { clientsFor } from "../infra/local/kube-wait.ts";
 import { createCaller } from "./helpers/http-callers.ts";
 import { STATIC_TOKEN, testServer } from "./helpers/http-server.ts";
+import { random } from "./helpers/random.ts";
 
 const SEED = Number(process.env.FUZZ_SEED ?? Date.now() % 1_000_000_007);
 const COUNT = Number(process.env.FUZZ_COUNT ?? 3000);
-
-/** mulberry32: small, fast and good enough to spread inputs; seeded so a failure can be replayed. */
-function random(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let x = Math.imul(a ^ (a >>> 15), 1 | a);
-    x = (x + Math.imul(x ^ (x >>> 7), 61 | x)) ^ x;
-    return ((x ^ (x >>> 14)) >>> 0) / 4294967296;
-  };
-}
 
 const cluster = await startLocalCluster({ name: "httpapi", kubelet: false });
 t.teardown(() => cluster.stop());

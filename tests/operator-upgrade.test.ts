@@ -3,7 +3,6 @@
 // the operator SIGKILLed mid-way; no acknowledged write lost. Then a downgrade, refused and touching
 // nothing.
 import { CustomObjectsApi } from "@kubernetes/client-node";
-import { Etcd3 } from "etcd3";
 import t from "tap";
 import { installCrds } from "../infra/crds.ts";
 import { startLocalCluster } from "../infra/local/control-plane.ts";
@@ -14,6 +13,7 @@ import { newestPatchOf } from "../shared/etcd-versions.ts";
 import { JSON_PATCH, Kube, MERGE_PATCH } from "../shared/kube.ts";
 import { createCluster } from "./helpers/clusters.ts";
 import { type OperatorProcess, startOperatorProcess } from "./helpers/operator-processes.ts";
+import { missingWrites, startWriter } from "./helpers/writer.ts";
 
 const NS = "default";
 const V35 = newestPatchOf("3.5") ?? "";
@@ -49,54 +49,6 @@ async function runningVersions(name: string): Promise<string[]> {
   return statuses.map((s) => (s.ok ? (s.version ?? "?") : "down")).sort();
 }
 
-/** How many of the keys read back with the value the writer wrote. */
-async function presentCount(keys: string[]): Promise<number> {
-  const client = new Etcd3({ hosts: await endpoints("up") });
-  try {
-    let present = 0;
-    for (const key of keys) if ((await client.get(key).string()) === "v") present++;
-    return present;
-  } finally {
-    client.close();
-  }
-}
-
-/**
- * A client writing `<prefix><n>` keys every 50 ms until stopped; returns the acknowledged keys and
- * the longest gap between two acknowledged writes.
- */
-function startWriter(prefix: string): { stop(): Promise<{ acknowledged: string[]; longestGapMs: number }> } {
-  const acknowledged: string[] = [];
-  let stopped = false;
-  let lastSuccess = Date.now();
-  let longestGapMs = 0;
-  const running = (async () => {
-    let i = 0;
-    while (!stopped) {
-      const client = new Etcd3({ hosts: await endpoints("up").catch(() => []) });
-      try {
-        const key = `${prefix}${i++}`;
-        await client.put(key).value("v");
-        acknowledged.push(key);
-        longestGapMs = Math.max(longestGapMs, Date.now() - lastSuccess);
-        lastSuccess = Date.now();
-      } catch {
-        // Retried with the next key; only acknowledged writes are checked.
-      } finally {
-        client.close();
-      }
-      await new Promise((r) => setTimeout(r, 50));
-    }
-  })();
-  return {
-    async stop() {
-      stopped = true;
-      await running;
-      return { acknowledged, longestGapMs };
-    },
-  };
-}
-
 t.test(
   `a rolling upgrade ${V35} → ${V37} (through ${V36}) under writes, a worker killed mid-way, loses nothing`,
   async (t) => {
@@ -109,7 +61,7 @@ t.test(
       },
     );
 
-    const writer = startWriter("k");
+    const writer = startWriter(() => endpoints("up"), "k");
 
     const seen = new Set<string>();
     await custom.patchNamespacedCustomObject(
@@ -157,9 +109,12 @@ t.test(
       mixes.some((m) => m.includes(V35) && m.includes(V37)),
       "3.5 and 3.7 never ran side by side: one minor at a time",
     );
-    const present = await presentCount(acknowledged);
     t.ok(acknowledged.length > 20, `writes went on during the upgrade (${acknowledged.length})`);
-    t.equal(present, acknowledged.length, "every acknowledged write is present");
+    t.same(
+      await missingWrites(await endpoints("up"), acknowledged),
+      [],
+      "every acknowledged write is present",
+    );
     t.ok(longestGapMs < 15_000, `writes never stalled long (longest gap ${longestGapMs} ms)`);
     const events = await core.listNamespacedEvent({ namespace: NS, fieldSelector: "involvedObject.name=up" });
     const upgrades = events.items.filter((e) => e.reason === "MemberUpgraded").length;
@@ -214,7 +169,7 @@ t.test("a downgrade is refused with a condition and Event, and nothing changes",
 });
 
 t.test(`an allowed downgrade ${V37} → ${V36} follows etcd's procedure under writes`, async (t) => {
-  const writer = startWriter("d");
+  const writer = startWriter(() => endpoints("up"), "d");
   // spec.version is already 3.6 (the refused downgrade above); the annotation lets it through.
   await custom.patchNamespacedCustomObject(
     {
@@ -244,9 +199,8 @@ t.test(`an allowed downgrade ${V37} → ${V36} follows etcd's procedure under wr
     [...seen].every((m) => m.split(",").filter((v) => v === "down").length <= 1),
     "never more than one member down at a time",
   );
-  const present = await presentCount(acknowledged);
   t.ok(acknowledged.length > 10, `writes went on during the downgrade (${acknowledged.length})`);
-  t.equal(present, acknowledged.length, "every acknowledged write is present");
+  t.same(await missingWrites(await endpoints("up"), acknowledged), [], "every acknowledged write is present");
   const events = await core.listNamespacedEvent({ namespace: NS, fieldSelector: "involvedObject.name=up" });
   t.ok(
     events.items.some((e) => e.reason === "DowngradeEnabled"),

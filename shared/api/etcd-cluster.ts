@@ -51,6 +51,32 @@ export const ALLOW_DOWNGRADE_ANNOTATION = `${GROUP}/allow-downgrade`;
 export const OLD_LOG_DRAINED_ANNOTATION = `${GROUP}/pre-3.6-log-drained`;
 /** Set while the cluster is rebuilt from a surviving member after losing quorum (JSON, see functions/plan.ts RecoveryMark). */
 export const RECOVERY_ANNOTATION = `${GROUP}/quorum-recovery`;
+/**
+ * "true" opts a cluster in to the operator's chaos mode (CHAOS_LEVEL > 0, for test environments):
+ * now and then one of its member pods is deleted. Clusters without it are never touched.
+ */
+export const CHAOS_ANNOTATION = `${GROUP}/chaos`;
+
+/**
+ * Member pods are `<cluster>-<10 characters>` and their DNS names `<pod>.<cluster>.<ns>.svc`, so the
+ * cluster's name must leave a pod name that is a DNS label (63 characters, a letter first, no dots).
+ */
+export const MAX_CLUSTER_NAME_LENGTH = 52;
+export const CLUSTER_NAME_RE = "^[a-z]([-a-z0-9]*[a-z0-9])?$";
+
+/** CEL rules on the whole EtcdCluster: its name, which every member pod and Service name is built from. */
+export const CLUSTER_OBJECT_VALIDATIONS = [
+  {
+    rule: `size(self.metadata.name) <= ${MAX_CLUSTER_NAME_LENGTH} && self.metadata.name.matches('${CLUSTER_NAME_RE}')`,
+    message: `metadata.name must be at most ${MAX_CLUSTER_NAME_LENGTH} characters of a-z, 0-9 and "-", starting with a letter (member pods are named <cluster>-<10 characters> and must be DNS labels)`,
+  },
+];
+
+/** The problem with a cluster's name, or undefined when pods and Services can be named after it. */
+export function clusterNameProblem(name: string): string | undefined {
+  if (name.length <= MAX_CLUSTER_NAME_LENGTH && new RegExp(CLUSTER_NAME_RE).test(name)) return undefined;
+  return CLUSTER_OBJECT_VALIDATIONS[0]?.message;
+}
 
 export const DEFAULT_REPOSITORY = "quay.io/coreos/etcd";
 /** coreos's default init-container image; the init container waits for the member's DNS name. */

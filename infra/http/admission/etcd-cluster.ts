@@ -10,7 +10,7 @@
 //   recorded in etcd's member list when they join (coreos did not support changing them either).
 
 import { IN_PLACE_BLOCKED } from "../../../functions/plan.ts";
-import { ALLOW_DOWNGRADE_ANNOTATION } from "../../../shared/api/etcd-cluster.ts";
+import { ALLOW_DOWNGRADE_ANNOTATION, clusterNameProblem } from "../../../shared/api/etcd-cluster.ts";
 import { validateEtcdClusterSpec } from "../../../shared/api/validate-etcd-cluster.ts";
 import {
   DEFAULT_ETCD_VERSION,
@@ -128,7 +128,12 @@ export function immutableFieldProblems(oldSpec: Json | undefined, newSpec: Json 
 export function reviewEtcdCluster(input: ClusterReviewInput): Decision {
   const spec = recordAt(input.object, "spec");
   const validation = validateEtcdClusterSpec(isRecord(input.object) ? input.object.spec : undefined);
-  if (!validation.ok) return decide(validation.problems);
+  const name = recordAt(input.object, "metadata")?.name;
+  // On CREATE only: an existing cluster with such a name (from before the rule) can still be edited or deleted.
+  const nameProblem =
+    input.operation === "CREATE" && typeof name === "string" ? clusterNameProblem(name) : undefined;
+  if (!validation.ok || nameProblem)
+    return decide([...(nameProblem ? [nameProblem] : []), ...(validation.ok ? [] : validation.problems)]);
   if (input.operation !== "UPDATE" || !isRecord(input.oldObject)) return decide([], validation.warnings);
 
   const oldSpec = recordAt(input.oldObject, "spec");
