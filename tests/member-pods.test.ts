@@ -76,3 +76,10 @@ t.test("etcdArgs follow the operator's flags", async (t) => {
   t.equal(command.at(-1), "--log-level=warn");
   t.equal(command[0], "/usr/local/bin/etcd");
 });
+
+t.test("with ClusterDomain, TLS certificates must cover the longer member names", async (t) => {
+  const { requiredNames } = await import("../shared/tls-secrets.ts");
+  t.equal(requiredNames("c", "ns", ".cluster.local").member.name, "c-member.c.ns.svc.cluster.local");
+  t.match(requiredNames("c", "ns", ".cluster.local").member.why, /\*\.c\.ns\.svc\.cluster\.local/);
+  t.equal(requiredNames("c", "ns").member.name, "c-member.c.ns.svc");
+});
