@@ -17,6 +17,32 @@ export function initialCluster(members: MemberInfo[]): { name: string; peerURL: 
   });
 }
 
+/**
+ * Creates the pod of a member that joins an existing cluster (`--initial-cluster-state=existing`),
+ * with the cluster's TLS material and, with persistent storage, its claim.
+ */
+export async function startJoiningMember(
+  input: StepInput,
+  deps: StepDeps,
+  name: string,
+  members: { name: string; peerURL: string }[],
+): Promise<void> {
+  const pod = memberPod({
+    cluster: input.cluster,
+    spec: input.spec,
+    name,
+    initialCluster: members,
+    state: "existing",
+  });
+  await createMemberPodWithTls(
+    deps.kube,
+    input.cluster,
+    input.spec,
+    withMemberTls(pod, input.memberTls),
+    input.memberTls,
+  );
+}
+
 export function addMember(input: StepInput, deps: StepDeps, why?: "tls-rotation"): Promise<StepOutcome> {
   return unlessRefused(() => addLearnerAndPod(input, deps, why));
 }
@@ -36,20 +62,7 @@ async function addLearnerAndPod(
     deps.etcd,
   );
   await deps.guard();
-  const pod = memberPod({
-    cluster: input.cluster,
-    spec: input.spec,
-    name,
-    initialCluster: initialCluster(added.members),
-    state: "existing",
-  });
-  await createMemberPodWithTls(
-    deps.kube,
-    input.cluster,
-    input.spec,
-    withMemberTls(pod, input.memberTls),
-    input.memberTls,
-  );
+  await startJoiningMember(input, deps, name, initialCluster(added.members));
   return {
     requeueAfterMs: 500,
     event: {
@@ -65,20 +78,7 @@ async function addLearnerAndPod(
 
 export async function createMemberPod(input: StepInput, deps: StepDeps, name: string): Promise<StepOutcome> {
   await deps.guard();
-  const pod = memberPod({
-    cluster: input.cluster,
-    spec: input.spec,
-    name,
-    initialCluster: initialCluster(input.observation.members ?? []),
-    state: "existing",
-  });
-  await createMemberPodWithTls(
-    deps.kube,
-    input.cluster,
-    input.spec,
-    withMemberTls(pod, input.memberTls),
-    input.memberTls,
-  );
+  await startJoiningMember(input, deps, name, initialCluster(input.observation.members ?? []));
   return {
     requeueAfterMs: 500,
     event: {

@@ -3,9 +3,8 @@
 // its data dir with its member ID and log, so it rejoins as itself and only catches up on what it
 // missed (no member remove/add, no full snapshot transfer). `deleteMemberClaim` drops the claim of a
 // member that is no more (scaled away, or removed after its data went bad), so volumes do not pile up.
-import { memberPod } from "../shared/member-pods.ts";
-import { createMemberPodWithTls, memberPeerURL, withMemberTls } from "../shared/member-tls.ts";
-import { initialCluster } from "./add-member.ts";
+import { memberPeerURL } from "../shared/member-tls.ts";
+import { initialCluster, startJoiningMember } from "./add-member.ts";
 import type { StepDeps, StepInput, StepOutcome } from "./step.ts";
 
 export async function restartMember(input: StepInput, deps: StepDeps, name: string): Promise<StepOutcome> {
@@ -17,20 +16,7 @@ export async function restartMember(input: StepInput, deps: StepDeps, name: stri
   const known = initialCluster(members);
   const self = { name, peerURL: memberPeerURL(input.spec, name, clusterName, namespace) };
   await deps.guard();
-  const pod = memberPod({
-    cluster: input.cluster,
-    spec: input.spec,
-    name,
-    initialCluster: known.some((m) => m.name === name) ? known : [...known, self],
-    state: "existing",
-  });
-  await createMemberPodWithTls(
-    deps.kube,
-    input.cluster,
-    input.spec,
-    withMemberTls(pod, input.memberTls),
-    input.memberTls,
-  );
+  await startJoiningMember(input, deps, name, known.some((m) => m.name === name) ? known : [...known, self]);
   return {
     requeueAfterMs: 500,
     event: {
