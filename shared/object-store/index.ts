@@ -1,6 +1,7 @@
 // Opens the object store an EtcdBackup or EtcdRestore names, with the credentials of its Secret.
-// The SDKs load on first use: the reconcile worker reaches this module through restores, and
-// @aws-sdk/client-s3 and ali-oss would otherwise add ~40 MiB to every operator process.
+// The SDKs load on first use here: processes that never back up (watcher, scheduler, HTTP) reach
+// this module through the restore code and would otherwise carry @aws-sdk/client-s3 and ali-oss.
+// The backup worker loads them at start (infra/backup-worker.ts).
 import type { BackupStorageType, OSSSource, S3Source } from "../api/etcd-backup.ts";
 import { ossCredentialsFromSecret, s3CredentialsFromSecret } from "./credentials.ts";
 import { type ObjectStore, ObjectStoreError, splitBucketPath } from "./types.ts";
