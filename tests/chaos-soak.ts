@@ -1,17 +1,4 @@
-// Chaos, the long run (not part of `npm test`): `npm run soak` (CHAOS_SOAK=1 node tests/chaos-soak.ts).
-// One size-3 cluster under a quorum writer; CHAOS_SOAK_ROUNDS (default 100) rounds of killing a random
-// member (its etcd process SIGKILLed, or its pod deleted), and after every tenth one, one of the other
-// fault classes in turn (worker SIGKILLed at each step of a replacement and at ensure-services, watcher
-// SIGKILLed, three workers, Redis restarted and wiped, kube-apiserver restarted, a data dir deleted, a
-// partition). After each: converged within BOUND_MS and every acknowledged write read back. Prints a
-// line per round and, at the end, one JSON object: rounds, faults by kind, convergence p50/p99 (also
-// by kind), writes acknowledged and checked. Exits 1 on the first round that fails. CHAOS_SEED replays.
-import { CustomObjectsApi } from "@kubernetes/client-node";
-import { installCrds } from "../infra/crds.ts";
-import { startLocalCluster } from "../infra/local/control-plane.ts";
-import { clientsFor } from "../infra/local/kube-wait.ts";
 import { newestPatchOf } from "../shared/etcd-versions.ts";
-import { Kube } from "../shared/kube.ts";
 import {
   deleteMemberPod,
   endpointsOf,
@@ -21,11 +8,11 @@ import {
   percentile,
   type RoundResult,
   runRound,
-  startOperatorRoles,
+  startChaosCluster,
   type Target,
   waitConverged,
 } from "./helpers/chaos.ts";
-import { type ClusterClients, createCluster } from "./helpers/clusters.ts";
+import { createCluster } from "./helpers/clusters.ts";
 import { chooser, seedFrom } from "./helpers/random.ts";
 import { missingWrites, startWriter } from "./helpers/writer.ts";
 
@@ -43,15 +30,7 @@ const log = (line: string) => process.stdout.write(`[soak ${new Date().toISOStri
 log(`CHAOS_SEED=${SEED} rounds=${ROUNDS}`);
 
 const startedAt = Date.now();
-const local = await startLocalCluster({ name: "soak-chaos" });
-const { kc, core } = clientsFor(local.kubeconfigPath);
-const c: ClusterClients = { kube: new Kube(kc), core, custom: kc.makeApiClient(CustomObjectsApi) };
-await installCrds(kc);
-const operator = startOperatorRoles(local, {
-  MEMBER_UNHEALTHY_GRACE_MS: "20000",
-  LEASE_TTL_MS: "5000",
-  LOG_LEVEL: "debug",
-});
+const { local, c, operator } = await startChaosCluster("soak-chaos");
 const rand = chooser(SEED);
 const target: Target = { local, c, namespace: "default", name: "soak", size: 3, operator, rand };
 const results: RoundResult[] = [];

@@ -1,20 +1,5 @@
-// Chaos, the short run: one size-3 cluster under a client that writes with quorum and records every
-// acknowledged write, while faults are done to it for real, each class a few times: member
-// processes SIGKILLed, member pods deleted, the worker SIGKILLed as it starts each step of a
-// replacement (and of the bootstrap, and of restoring a Service), the watcher SIGKILLed, three
-// workers at once, Redis restarted and wiped, kube-apiserver restarted (every watch drops and
-// resumes), a member's data dir deleted, a member partitioned from its peers. After each fault the
-// cluster must be whole again (Available, 3 healthy voters, status naming exactly the live pods)
-// within BOUND_MS, and every acknowledged write must read back (linearizable reads).
-// The order of faults and their victims come from CHAOS_SEED (printed; set it to replay a run).
-// The long run is `npm run soak` (tests/chaos-soak.ts): 100 rounds of member kills plus the rest.
-import { CustomObjectsApi } from "@kubernetes/client-node";
 import t from "tap";
-import { installCrds } from "../infra/crds.ts";
-import { startLocalCluster } from "../infra/local/control-plane.ts";
-import { clientsFor } from "../infra/local/kube-wait.ts";
 import { newestPatchOf } from "../shared/etcd-versions.ts";
-import { Kube } from "../shared/kube.ts";
 import {
   endpointsOf,
   type Fault,
@@ -24,11 +9,11 @@ import {
   percentile,
   type RoundResult,
   runRound,
-  startOperatorRoles,
+  startChaosCluster,
   type Target,
   waitConverged,
 } from "./helpers/chaos.ts";
-import { type ClusterClients, createCluster } from "./helpers/clusters.ts";
+import { createCluster } from "./helpers/clusters.ts";
 import { chooser, seedFrom } from "./helpers/random.ts";
 import { missingWrites, startWriter, type Writer } from "./helpers/writer.ts";
 
@@ -38,19 +23,8 @@ const BOUND_MS = 120_000;
 const NS = "default";
 t.comment(`CHAOS_SEED=${SEED} (set it to replay this run)`);
 
-const local = await startLocalCluster({ name: "e2e-chaos" });
+const { local, c, operator } = await startChaosCluster("e2e-chaos");
 t.teardown(() => local.stop());
-const { kc, core } = clientsFor(local.kubeconfigPath);
-const c: ClusterClients = { kube: new Kube(kc), core, custom: kc.makeApiClient(CustomObjectsApi) };
-await installCrds(kc);
-// A crash-looping member (its data dir deleted) is replaced after 20 s; a partition lasts 10 s, so
-// it heals in place.
-// A SIGKILLed worker's lease lapses after 5 s (default 10 s), so the rounds that kill workers end sooner.
-const operator = startOperatorRoles(local, {
-  MEMBER_UNHEALTHY_GRACE_MS: "20000",
-  LEASE_TTL_MS: "5000",
-  LOG_LEVEL: "debug",
-});
 t.teardown(() => operator.stopAll());
 
 const rand = chooser(SEED);

@@ -8,11 +8,13 @@ import { closeSync, openSync, readSync, rmSync, statSync, watch } from "node:fs"
 import { join } from "node:path";
 import { setTimeout as sleep } from "node:timers/promises";
 import { promisify } from "node:util";
-import type { V1Pod } from "@kubernetes/client-node";
+import { CustomObjectsApi, type V1Pod } from "@kubernetes/client-node";
 import { Redis } from "ioredis";
-import type { LocalCluster } from "../../infra/local/control-plane.ts";
-import { waitFor } from "../../infra/local/kube-wait.ts";
+import { installCrds } from "../../infra/crds.ts";
+import { type LocalCluster, startLocalCluster } from "../../infra/local/control-plane.ts";
+import { clientsFor, waitFor } from "../../infra/local/kube-wait.ts";
 import { endpointStatuses } from "../../shared/etcd-members.ts";
+import { Kube } from "../../shared/kube.ts";
 import { type ClusterClients, getCluster } from "./clusters.ts";
 import { etcdPidOf } from "./etcd-processes.ts";
 import { type OperatorProcess, startOperatorProcess } from "./operator-processes.ts";
@@ -28,6 +30,27 @@ export interface OperatorRoles {
   workers: OperatorProcess[];
   start(role: "watcher" | "scheduler" | "worker"): OperatorProcess;
   stopAll(): Promise<void>;
+}
+
+/**
+ * A local control plane with the CRDs and the operator's roles as processes, set for chaos: a
+ * crash-looping member (its data dir deleted) is replaced after 20 s, while a 10 s partition heals in
+ * place; a SIGKILLed worker's lease lapses after 5 s (default 10 s), so rounds that kill workers end
+ * sooner. The short run and the soak share it, so their figures mean the same.
+ */
+export async function startChaosCluster(
+  name: string,
+): Promise<{ local: LocalCluster; c: ClusterClients; operator: OperatorRoles }> {
+  const local = await startLocalCluster({ name });
+  const { kc, core } = clientsFor(local.kubeconfigPath);
+  const c: ClusterClients = { kube: new Kube(kc), core, custom: kc.makeApiClient(CustomObjectsApi) };
+  await installCrds(kc);
+  const operator = startOperatorRoles(local, {
+    MEMBER_UNHEALTHY_GRACE_MS: "20000",
+    LEASE_TTL_MS: "5000",
+    LOG_LEVEL: "debug",
+  });
+  return { local, c, operator };
 }
 
 export function startOperatorRoles(local: LocalCluster, env: Record<string, string>): OperatorRoles {
