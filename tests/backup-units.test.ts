@@ -23,6 +23,7 @@ import type { EtcdBackup } from "../shared/api/etcd-backup.ts";
 import type { EtcdCluster, NormalizedSpec } from "../shared/api/etcd-cluster.ts";
 import { SnapshotDigest } from "../shared/etcd-snapshot.ts";
 import { ossCredentialsFromSecret, s3CredentialsFromSecret } from "../shared/object-store/credentials.ts";
+import { MIN_PART_SIZE, uploadStream } from "../shared/object-store/s3-multipart.ts";
 import { ObjectStoreError, splitBucketPath } from "../shared/object-store/types.ts";
 import { restoreSeedPod } from "../shared/restore-pods.ts";
 
@@ -110,6 +111,79 @@ t.test("the snapshot digest checks etcd's trailer across any chunking", async (t
   t.notOk((await digestOf(corrupted)).trailerValid, "one flipped byte");
   t.notOk((await digestOf(Buffer.alloc(0))).trailerValid, "empty");
   t.notOk((await digestOf(snapshot.subarray(0, 32))).trailerValid, "trailer only");
+});
+
+/**
+ * The S3 client seam of uploadStream: records each command and answers parts after a delay, so
+ * several can be in flight; `failPart` makes that part's upload fail.
+ */
+function recordingS3(options: { failPart?: number } = {}) {
+  const parts = new Map<number, Buffer>();
+  const calls: string[] = [];
+  let inFlight = 0;
+  let maxInFlight = 0;
+  let completedOrder: number[] = [];
+  const client = {
+    async send(command: { constructor: { name: string }; input: Record<string, unknown> }) {
+      const name = command.constructor.name;
+      calls.push(name);
+      if (name === "CreateMultipartUploadCommand") return { UploadId: "u1" };
+      if (name === "UploadPartCommand") {
+        const number = Number(command.input.PartNumber);
+        // The caller reuses its buffer once this resolves: copy, as a real request body is sent.
+        parts.set(number, Buffer.from(command.input.Body as Buffer));
+        inFlight++;
+        maxInFlight = Math.max(maxInFlight, inFlight);
+        await new Promise((r) => setTimeout(r, 5 + (number % 3) * 5));
+        inFlight--;
+        if (number === options.failPart) throw new Error(`part ${number} refused`);
+        return { ETag: `"etag-${number}"` };
+      }
+      if (name === "CompleteMultipartUploadCommand") {
+        const upload = command.input.MultipartUpload as { Parts: { PartNumber: number }[] };
+        completedOrder = upload.Parts.map((p) => p.PartNumber);
+        return {};
+      }
+      return {};
+    },
+  };
+  return {
+    client: client as unknown as Parameters<typeof uploadStream>[0],
+    calls,
+    assembled: () => Buffer.concat([...parts.entries()].sort(([a], [b]) => a - b).map(([, data]) => data)),
+    maxInFlight: () => maxInFlight,
+    completedOrder: () => completedOrder,
+  };
+}
+
+t.test("a multipart upload keeps its ring of part buffers busy and the bytes in order", async (t) => {
+  const data = randomBytes(MIN_PART_SIZE * 5 + 12_345);
+  const chunks: Buffer[] = [];
+  for (let i = 0; i < data.length; i += 65_536) chunks.push(data.subarray(i, i + 65_536));
+  const s3 = recordingS3();
+  const result = await uploadStream(s3.client, { bucket: "b", key: "k" }, Readable.from(chunks), {
+    partSize: MIN_PART_SIZE,
+    buffers: 4,
+  });
+  t.same(result, { parts: 6, bytes: data.length });
+  t.ok(s3.assembled().equals(data), "the parts put together are the stream, byte for byte");
+  t.same(s3.completedOrder(), [1, 2, 3, 4, 5, 6], "Complete lists every part in order");
+  t.equal(s3.maxInFlight(), 4, "with a store slower than the stream, every buffer of the ring is in flight");
+  t.notOk(s3.calls.includes("AbortMultipartUploadCommand"));
+});
+
+t.test("a failed part aborts the upload and the error reaches the caller", async (t) => {
+  const data = randomBytes(MIN_PART_SIZE * 4);
+  const s3 = recordingS3({ failPart: 2 });
+  await t.rejects(
+    uploadStream(s3.client, { bucket: "b", key: "k" }, Readable.from([data]), {
+      partSize: MIN_PART_SIZE,
+      buffers: 3,
+    }),
+    /part 2 refused/,
+  );
+  t.ok(s3.calls.includes("AbortMultipartUploadCommand"), "the upload is aborted");
+  t.notOk(s3.calls.includes("CompleteMultipartUploadCommand"), "and never completed");
 });
 
 t.test("bucket paths", async (t) => {

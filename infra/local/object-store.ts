@@ -211,6 +211,8 @@ function weedServerArgs({ dir, host, ports, configPath }: WeedArgs): string[] {
     "-s3.port.lance=0",
     // Buckets are created on purpose, so a typo in a bucket name shows up as NoSuchBucket.
     "-s3.autoCreateBucket=false",
+    // For profiling the store (bench/backup.ts), e.g. "-debug -debug.port=6061" serves Go's pprof.
+    ...(process.env.WEED_EXTRA_ARGS?.split(" ").filter(Boolean) ?? []),
   ];
 }
 

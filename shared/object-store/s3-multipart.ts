@@ -1,8 +1,10 @@
-// A multipart upload of a stream into S3 with two part buffers allocated once and reused: one
-// fills from the stream while the other uploads. @aws-sdk/lib-storage allocates (and copies into)
-// a new buffer per part; over a multi-GiB snapshot that garbage is promoted before V8 frees it and
-// the worker's RSS climbs by ~100 MiB. Here the upload side allocates nothing per part, so memory
-// stays at 2 × partSize whatever the size, and the stream is read while a part is in flight.
+// A multipart upload of a stream into S3 from a fixed ring of part buffers allocated once and
+// reused: a buffer is refilled from the stream once its part's upload is answered.
+// @aws-sdk/lib-storage allocates (and copies into) a new buffer per part; over a multi-GiB snapshot
+// that garbage is promoted before V8 frees it and the worker's RSS climbs by ~100 MiB. Here the
+// upload side allocates nothing per part, so memory stays at `buffers × partSize` whatever the
+// size. More than one part in flight matters: a store answers each part only once it has written
+// it, and with a single part in flight the snapshot stream waits out every answer.
 import type { Readable } from "node:stream";
 import {
   AbortMultipartUploadCommand,
@@ -17,13 +19,24 @@ import {
 export const MIN_PART_SIZE = 5 * 1024 * 1024;
 export const MAX_PARTS = 10_000;
 
+export interface UploadShape {
+  /** Bytes per part (≥ MIN_PART_SIZE but for the last part). */
+  partSize: number;
+  /** Part buffers in the ring (≥ 2): up to this many parts in flight, the stream paused meanwhile. */
+  buffers: number;
+}
+
+export const DEFAULT_UPLOAD_SHAPE: UploadShape = { partSize: MIN_PART_SIZE, buffers: 2 };
+
 export async function uploadStream(
   client: S3Client,
   target: { bucket: string; key: string; contentType?: string },
   body: Readable,
-  partSize = MIN_PART_SIZE,
+  shape: UploadShape = DEFAULT_UPLOAD_SHAPE,
 ): Promise<{ parts: number; bytes: number }> {
   const { bucket: Bucket, key: Key } = target;
+  const { partSize } = shape;
+  if (shape.buffers < 2) throw new Error("an upload needs at least 2 part buffers");
   const created = await client.send(
     new CreateMultipartUploadCommand({
       Bucket,
@@ -33,31 +46,40 @@ export async function uploadStream(
   );
   const UploadId = created.UploadId;
   if (!UploadId) throw new Error("the store started no multipart upload (no UploadId)");
-  const buffers = [Buffer.allocUnsafe(partSize), Buffer.allocUnsafe(partSize)];
+  const buffers = Array.from({ length: shape.buffers }, () => Buffer.allocUnsafe(partSize));
+  /** The upload of the part last sent from each buffer: the buffer is free once it settled. */
+  const sending: (Promise<void> | undefined)[] = buffers.map(() => undefined);
   const done: CompletedPart[] = [];
   let current = 0;
   let filled = 0;
   let partNumber = 0;
   let bytes = 0;
-  let inFlight: Promise<void> | undefined;
+  let failure: unknown;
 
-  /** Sends the current buffer once the previous part is through, then switches buffers. */
+  /** Sends the current buffer, then waits until the next buffer in the ring is free to fill. */
   const flush = async () => {
     const part = buffers[current]?.subarray(0, filled) ?? Buffer.alloc(0);
     partNumber++;
     if (partNumber > MAX_PARTS)
       throw new Error(`the stream needs more than ${MAX_PARTS} parts of ${partSize} bytes`);
     const PartNumber = partNumber;
-    await inFlight;
-    inFlight = client
+    sending[current] = client
       .send(
         new UploadPartCommand({ Bucket, Key, UploadId, PartNumber, Body: part, ContentLength: part.length }),
       )
-      .then((answer) => {
-        done.push({ ETag: answer.ETag, PartNumber });
-      });
-    current = 1 - current;
+      .then(
+        (answer) => {
+          done.push({ ETag: answer.ETag, PartNumber });
+        },
+        (error: unknown) => {
+          // Kept, not thrown here: the loop below rethrows it at its next flush or at the end.
+          failure ??= error;
+        },
+      );
+    current = (current + 1) % buffers.length;
     filled = 0;
+    await sending[current];
+    if (failure !== undefined) throw failure;
   };
 
   try {
@@ -74,14 +96,15 @@ export async function uploadStream(
       }
     }
     if (filled > 0 || partNumber === 0) await flush();
-    await inFlight;
+    await Promise.all(sending);
+    if (failure !== undefined) throw failure;
     done.sort((a, b) => (a.PartNumber ?? 0) - (b.PartNumber ?? 0));
     await client.send(
       new CompleteMultipartUploadCommand({ Bucket, Key, UploadId, MultipartUpload: { Parts: done } }),
     );
     return { parts: partNumber, bytes };
   } catch (error) {
-    await inFlight?.catch(() => undefined);
+    await Promise.all(sending);
     // Parts of an abandoned upload are billed until aborted.
     await client.send(new AbortMultipartUploadCommand({ Bucket, Key, UploadId })).catch(() => undefined);
     throw error;
