@@ -1,33 +1,41 @@
-// Benchmark: backup throughput and restore time, against a reference measured in the same run.
-//   node bench/backup.ts [--gib N]
-// One JSON object per scenario on stdout:
+// Benchmark: backup throughput and restore time, against references measured in the same run.
+//   node bench/backup.ts [--gib N] [--runs R] [--size S]
+// One JSON object per scenario on stdout (progress on stderr), each with every run's figures, the
+// median and spread, the ratio of the medians, the goal and the machine's load:
 //   backup:  an EtcdBackup of an N GiB keyspace to the local S3-compatible store (SeaweedFS), from
-//            the request to the status saying it succeeded.
-//            reference: `etcdctl snapshot save` of the same member to a local file.
-//   restore: an EtcdRestore of that backup into the cluster (after it was deleted and created again),
-//            from the request to Completed, then to the cluster serving again with its members.
-// Runs against the local control plane; never part of the default tests.
-import { execFileSync } from "node:child_process";
-import { mkdtempSync, rmSync, statSync } from "node:fs";
+//            the request to the status saying it succeeded; the backup worker's RSS growth.
+//            reference: `etcdctl snapshot save` of the same member to a local file (goal: our
+//            throughput ≥ 0.8 of it, i.e. time ratio ≤ 1.25).
+//            bound: the same bytes uploaded from a local file straight into the store (our
+//            uploader, no etcd), i.e. what the store alone allows.
+//   restore: an EtcdRestore of that backup into the size-S cluster (deleted and created again),
+//            from the request to S ready members serving the restored data.
+//            reference, by hand: download the object, `etcdutl snapshot restore` one data dir per
+//            member (in parallel), start S etcd processes, until `etcdctl endpoint health` passes
+//            on all of them (goal: ratio ≤ 1.5).
+// Runs against the local control plane with the operator as processes (watcher, scheduler,
+// worker), as deployed; never part of the default tests.
+import { type ChildProcess, execFile, spawn } from "node:child_process";
+import { createReadStream, createWriteStream, mkdirSync, readFileSync, rmSync, statSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { parseArgs } from "node:util";
+import { pipeline } from "node:stream/promises";
+import { parseArgs, promisify } from "node:util";
 import { CustomObjectsApi } from "@kubernetes/client-node";
 import { installCrds } from "../infra/crds.ts";
 import { ensureAssets, etcdForMinor } from "../infra/local/assets.ts";
 import { startLocalCluster } from "../infra/local/control-plane.ts";
 import { clientsFor, waitFor } from "../infra/local/kube-wait.ts";
-import { startOperator } from "../infra/operator.ts";
 import { GROUP, PLURAL, VERSION } from "../shared/api/etcd-cluster.ts";
-import { loadConfig } from "../shared/config.ts";
 import { newestPatchOf } from "../shared/etcd-versions.ts";
 import { Kube } from "../shared/kube.ts";
-import { silentLogger } from "../shared/log.ts";
+import { openS3Store } from "../shared/object-store/s3.ts";
 import {
   awsSecretData,
   createBackup,
   createRestore,
   createSecret,
+  deleteCustom,
   fillKeyspace,
   waitBackupOutcome,
   waitRestore,
@@ -39,12 +47,26 @@ import {
   memberEndpoints,
   waitReady,
 } from "../tests/helpers/clusters.ts";
+import { type OperatorProcess, startOperatorProcess } from "../tests/helpers/operator-processes.ts";
+import { load, ratio, summary } from "./stats.ts";
 
-const { values } = parseArgs({ options: { gib: { type: "string", default: "1" } } });
+const { values } = parseArgs({
+  options: {
+    gib: { type: "string", default: "1" },
+    runs: { type: "string", default: "3" },
+    size: { type: "string", default: "3" },
+  },
+});
 const bytes = Number(values.gib) * 1024 ** 3;
+const runs = Number(values.runs);
+const size = Number(values.size);
 const NS = "default";
+const NAME = "bench";
 const VERSION_36 = newestPatchOf("3.6") ?? "";
-const progress = (line: string) => process.stderr.write(`${line}\n`);
+const progress = (line: string) => process.stderr.write(`${new Date().toISOString()} ${line}\n`);
+const run = promisify(execFile);
+const mb = (n: number) => n / 1024 / 1024;
+const seconds = (since: number) => (performance.now() - since) / 1000;
 
 const cluster = await startLocalCluster({ name: "bench-backup", objectStore: true, log: () => {} });
 const s3 = cluster.s3;
@@ -54,95 +76,276 @@ const c: ClusterClients = { kube: new Kube(kc), core, custom: kc.makeApiClient(C
 await installCrds(kc);
 await s3.createBucket("bench");
 await createSecret(c, NS, "aws", awsSecretData(s3));
-const operator = await startOperator({
-  kc,
-  config: loadConfig({ REDIS_URL: cluster.redisUrl, OPERATOR_IMAGE: "localhost/etcd-operator:bench" }),
-  log: silentLogger(),
+const quiet = { LOG_LEVEL: "info" };
+const processes: OperatorProcess[] = [
+  startOperatorProcess(cluster, "watcher", quiet),
+  startOperatorProcess(cluster, "scheduler", quiet),
+];
+const worker = startOperatorProcess(cluster, "worker", quiet);
+processes.push(worker);
+const store = openS3Store({
+  bucket: "bench",
+  endpoint: s3.endpoint,
+  forcePathStyle: true,
+  credentials: { accessKeyId: s3.accessKeyId, secretAccessKey: s3.secretAccessKey, region: s3.region },
 });
-const scratch = mkdtempSync(join(tmpdir(), "bench-backup-"));
-const mb = (n: number) => n / 1024 / 1024;
+const etcd = etcdForMinor(await ensureAssets({ log: () => {} }), "3.6");
+const scratch = join(tmpdir(), `bench-backup-${process.pid}`);
+mkdirSync(scratch, { recursive: true });
 
-try {
-  const spec = { size: 1, version: VERSION_36 };
-  await createCluster(c, NS, "bench", spec);
-  await waitReady(c, NS, "bench", 1);
-  const client = await etcdClient(c, NS, "bench");
-  await fillKeyspace(client, bytes, (written) => progress(`filled ${mb(written)} MiB`));
-  client.close();
+function rssMiB(pid: number | undefined): number {
+  const match = /VmRSS:\s+(\d+) kB/.exec(readFileSync(`/proc/${pid}/status`, "utf8"));
+  return Number(match?.[1] ?? 0) / 1024;
+}
 
-  const etcdctl = etcdForMinor(await ensureAssets({ log: () => {} }), "3.6").etcdctl;
-  const [endpoint] = await memberEndpoints(c, NS, "bench");
-  const file = join(scratch, "reference.db");
-  let started = performance.now();
-  execFileSync(etcdctl, ["--endpoints", endpoint ?? "", "snapshot", "save", file], { stdio: "ignore" });
-  const referenceSeconds = (performance.now() - started) / 1000;
-  const snapshotBytes = statSync(file).size;
-  rmSync(file);
+/** `etcdctl snapshot save` of one member to a local file: the backup's reference. */
+async function referenceSnapshot(file: string): Promise<number> {
+  const [endpoint] = await memberEndpoints(c, NS, NAME);
+  const started = performance.now();
+  await run(etcd.etcdctl, ["--endpoints", endpoint ?? "", "snapshot", "save", file]);
+  return seconds(started);
+}
 
-  started = performance.now();
-  await createBackup(c, NS, "bench-backup", {
-    etcdEndpoints: ["http://bench-client:2379"],
-    storageType: "S3",
-    s3: { path: "bench/bench.db", awsSecret: "aws", endpoint: s3.endpoint, forcePathStyle: true },
-  });
-  const status = await waitBackupOutcome(c, NS, "bench-backup", { timeoutMs: 1_800_000 });
-  const backupSeconds = (performance.now() - started) / 1000;
-  if (!status.succeeded) throw new Error(`backup failed: ${status.reason}`);
-  console.log(
-    JSON.stringify({
-      scenario: "backup",
-      bytes: status.backupSize,
-      seconds: Number(backupSeconds.toFixed(2)),
-      functionSeconds: status.durationSeconds,
-      MiBps: Number((mb(status.backupSize ?? 0) / backupSeconds).toFixed(1)),
-      reference: {
-        what: "etcdctl snapshot save to local disk",
-        bytes: snapshotBytes,
-        seconds: Number(referenceSeconds.toFixed(2)),
-        MiBps: Number((mb(snapshotBytes) / referenceSeconds).toFixed(1)),
-      },
-      ratio: Number((backupSeconds / referenceSeconds).toFixed(2)),
-    }),
-  );
+/** Our uploader from a local file straight into the store: what the store alone allows. */
+async function storeOnly(file: string, key: string): Promise<number> {
+  const started = performance.now();
+  await store.upload(key, createReadStream(file));
+  return seconds(started);
+}
 
+/** An EtcdBackup from request to success, sampling the worker's RSS meanwhile. */
+async function operatorBackup(name: string, key: string) {
+  const pid = worker.child.pid;
+  const baseline = rssMiB(pid);
+  let peak = baseline;
+  const sampler = setInterval(() => {
+    peak = Math.max(peak, rssMiB(pid));
+  }, 50);
+  const started = performance.now();
+  try {
+    await createBackup(c, NS, name, {
+      etcdEndpoints: [`http://${NAME}-client:2379`],
+      storageType: "S3",
+      s3: { path: `bench/${key}`, awsSecret: "aws", endpoint: s3?.endpoint, forcePathStyle: true },
+    });
+    const status = await waitBackupOutcome(c, NS, name, { timeoutMs: 1_800_000 });
+    if (!status.succeeded) throw new Error(`backup failed: ${status.reason}`);
+    return { seconds: seconds(started), bytes: status.backupSize ?? 0, rssGrowthMiB: peak - baseline };
+  } finally {
+    clearInterval(sampler);
+  }
+}
+
+/** Resolves once every endpoint answers `etcdctl endpoint health`. */
+async function waitHealthy(endpoints: string[], timeoutMs: number): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    try {
+      await run(etcd.etcdctl, ["--endpoints", endpoints.join(","), "endpoint", "health"], { timeout: 5_000 });
+      return;
+    } catch (error) {
+      if (Date.now() > deadline)
+        throw new Error("the hand-restored members never got healthy", { cause: error });
+      await new Promise((r) => setTimeout(r, 100));
+    }
+  }
+}
+
+/**
+ * A restore by hand, as the etcd docs describe it: fetch the object, `etcdutl snapshot restore`
+ * a data dir per member with the new cluster's membership, start the members.
+ */
+async function manualRestore(key: string, round: number): Promise<number> {
+  const dir = join(scratch, `manual-${round}`);
+  mkdirSync(dir, { recursive: true });
+  const base = 24_000 + round * 10;
+  const members = Array.from({ length: size }, (_, i) => ({
+    name: `m${i}`,
+    client: `http://127.0.0.1:${base + 2 * i}`,
+    peer: `http://127.0.0.1:${base + 2 * i + 1}`,
+    dataDir: join(dir, `m${i}`),
+  }));
+  const initialCluster = members.map((m) => `${m.name}=${m.peer}`).join(",");
+  const children: ChildProcess[] = [];
+  const started = performance.now();
+  try {
+    const file = join(dir, "backup.db");
+    await pipeline(await store.download(key), createWriteStream(file));
+    await Promise.all(
+      members.map((m) =>
+        run(etcd.etcdutl, [
+          "snapshot",
+          "restore",
+          file,
+          "--name",
+          m.name,
+          "--initial-cluster",
+          initialCluster,
+          "--initial-advertise-peer-urls",
+          m.peer,
+          "--data-dir",
+          m.dataDir,
+        ]),
+      ),
+    );
+    for (const m of members) {
+      children.push(
+        spawn(
+          etcd.etcd,
+          [
+            "--name",
+            m.name,
+            "--data-dir",
+            m.dataDir,
+            "--listen-client-urls",
+            m.client,
+            "--advertise-client-urls",
+            m.client,
+            "--listen-peer-urls",
+            m.peer,
+            "--initial-advertise-peer-urls",
+            m.peer,
+            "--initial-cluster",
+            initialCluster,
+          ],
+          { stdio: "ignore" },
+        ),
+      );
+    }
+    await waitHealthy(
+      members.map((m) => m.client),
+      300_000,
+    );
+    return seconds(started);
+  } finally {
+    for (const child of children) child.kill("SIGKILL");
+    rmSync(dir, { recursive: true, force: true });
+  }
+}
+
+/** The cluster deleted and created again empty, then an EtcdRestore until `size` members serve. */
+async function operatorRestore(key: string): Promise<{ completed: number; serving: number }> {
+  await deleteCustom(c, NS, "etcdrestores", NAME).catch(() => undefined);
   await c.custom.deleteNamespacedCustomObject({
     group: GROUP,
     version: VERSION,
     namespace: NS,
     plural: PLURAL,
-    name: "bench",
+    name: NAME,
   });
   await waitFor(
     "the cluster's pods to be gone",
     async () =>
-      (await core.listNamespacedPod({ namespace: NS, labelSelector: "etcd_cluster=bench" })).items.length ===
-      0
+      (await core.listNamespacedPod({ namespace: NS, labelSelector: `etcd_cluster=${NAME}` })).items
+        .length === 0
         ? true
         : undefined,
-    { timeoutMs: 60_000 },
+    { timeoutMs: 120_000 },
   );
-  await createCluster(c, NS, "bench", spec);
-  await waitReady(c, NS, "bench", 1);
-  started = performance.now();
-  await createRestore(c, NS, "bench", {
+  await createCluster(c, NS, NAME, { size, version: VERSION_36 });
+  await waitReady(c, NS, NAME, size, 300_000);
+  const started = performance.now();
+  await createRestore(c, NS, NAME, {
     backupStorageType: "S3",
-    s3: { path: "bench/bench.db", awsSecret: "aws", endpoint: s3.endpoint, forcePathStyle: true },
+    s3: { path: `bench/${key}`, awsSecret: "aws", endpoint: s3?.endpoint, forcePathStyle: true },
   });
-  const restore = await waitRestore(c, NS, "bench", "Completed", 1_800_000);
-  const restoreSeconds = (performance.now() - started) / 1000;
-  await waitReady(c, NS, "bench", 1, 300_000);
-  const servingSeconds = (performance.now() - started) / 1000;
+  await waitRestore(c, NS, NAME, "Completed", 1_800_000);
+  const completed = seconds(started);
+  await waitReady(c, NS, NAME, size, 1_800_000);
+  return { completed, serving: seconds(started) };
+}
+
+const loadBefore = load();
+const figures = {
+  reference: [] as number[],
+  storeOnly: [] as number[],
+  backup: [] as number[],
+  rssGrowthMiB: [] as number[],
+  restore: [] as number[],
+  restoreCompleted: [] as number[],
+  manualRestore: [] as number[],
+};
+let snapshotBytes = 0;
+let backupBytes = 0;
+try {
+  await createCluster(c, NS, NAME, { size, version: VERSION_36 });
+  await waitReady(c, NS, NAME, size, 300_000);
+  const client = await etcdClient(c, NS, NAME);
+  await fillKeyspace(client, bytes, (written) => progress(`filled ${mb(written)} MiB`));
+  client.close();
+
+  for (let round = 0; round < runs; round++) {
+    const file = join(scratch, "reference.db");
+    figures.reference.push(await referenceSnapshot(file));
+    snapshotBytes = statSync(file).size;
+    figures.storeOnly.push(await storeOnly(file, `store-only-${round}.db`));
+    rmSync(file);
+    const backup = await operatorBackup(`bench-backup-${round}`, `bench-${round}.db`);
+    backupBytes = backup.bytes;
+    figures.backup.push(backup.seconds);
+    figures.rssGrowthMiB.push(backup.rssGrowthMiB);
+    progress(
+      `run ${round + 1}/${runs}: etcdctl ${figures.reference.at(-1)?.toFixed(1)} s, store alone ${figures.storeOnly.at(-1)?.toFixed(1)} s, backup ${backup.seconds.toFixed(1)} s`,
+    );
+    figures.manualRestore.push(await manualRestore(`bench-${round}.db`, round));
+    const restored = await operatorRestore(`bench-${round}.db`);
+    figures.restore.push(restored.serving);
+    figures.restoreCompleted.push(restored.completed);
+    progress(
+      `run ${round + 1}/${runs}: restore by hand ${figures.manualRestore.at(-1)?.toFixed(1)} s, operator ${restored.serving.toFixed(1)} s`,
+    );
+  }
+  const loadAfter = load();
+  const backup = summary(figures.backup, 2);
+  const reference = summary(figures.reference, 2);
+  const storeAlone = summary(figures.storeOnly, 2);
+  console.log(
+    JSON.stringify({
+      scenario: "backup",
+      runs,
+      bytes: backupBytes,
+      seconds: backup,
+      MiBps: Number((mb(backupBytes) / backup.median).toFixed(1)),
+      workerRssGrowthMiB: summary(figures.rssGrowthMiB, 1),
+      reference: {
+        what: "etcdctl snapshot save to local disk",
+        bytes: snapshotBytes,
+        seconds: reference,
+        MiBps: Number((mb(snapshotBytes) / reference.median).toFixed(1)),
+      },
+      ratio: ratio(backup.median, reference.median),
+      goal: { ratioAtMost: 1.25, throughputShareAtLeast: 0.8, rssGrowthMiBAtMost: 64 },
+      bound: {
+        what: "the same bytes from a local file into the store with our uploader (no etcd)",
+        seconds: storeAlone,
+        MiBps: Number((mb(snapshotBytes) / storeAlone.median).toFixed(1)),
+        backupOverStore: ratio(backup.median, storeAlone.median),
+      },
+      loadavg: { before: loadBefore, after: loadAfter },
+    }),
+  );
+  const restore = summary(figures.restore, 2);
+  const manual = summary(figures.manualRestore, 2);
   console.log(
     JSON.stringify({
       scenario: "restore",
-      bytes: restore.status?.backupSize,
-      secondsToCompleted: Number(restoreSeconds.toFixed(2)),
-      secondsToServing: Number(servingSeconds.toFixed(2)),
-      restoredRevision: restore.status?.restoredRevision,
+      runs,
+      size,
+      bytes: backupBytes,
+      secondsToServing: restore,
+      secondsToCompleted: summary(figures.restoreCompleted, 2),
+      reference: {
+        what: `by hand: download, etcdutl snapshot restore ×${size} in parallel, start ${size} etcd, endpoint health`,
+        seconds: manual,
+      },
+      ratio: ratio(restore.median, manual.median),
+      goal: { ratioAtMost: 1.5 },
+      loadavg: { before: loadBefore, after: loadAfter },
     }),
   );
 } finally {
-  await operator.stop();
+  for (const p of processes) await p.kill("SIGTERM");
+  store.close();
   rmSync(scratch, { recursive: true, force: true });
   await cluster.stop();
 }

@@ -6,7 +6,6 @@
 //   heal:   delete one member pod of a healthy size-3 cluster → 3 healthy voting members again.
 //           reference: etcdctl-style member add + a new pod by hand → 3 healthy voting members.
 // Runs against the local control plane; never part of the default tests.
-import { loadavg } from "node:os";
 import { parseArgs } from "node:util";
 import { CustomObjectsApi, type V1Pod } from "@kubernetes/client-node";
 import { installCrds } from "../infra/crds.ts";
@@ -27,6 +26,7 @@ import { DEFAULT_ETCD_VERSION } from "../shared/etcd-versions.ts";
 import { Kube } from "../shared/kube.ts";
 import { silentLogger } from "../shared/log.ts";
 import { memberPod, newMemberName, peerService, peerURL } from "../shared/member-pods.ts";
+import { load, ratio, summary } from "./stats.ts";
 
 const { values } = parseArgs({ options: { runs: { type: "string", default: "3" } } });
 const runs = Number(values.runs);
@@ -211,12 +211,7 @@ async function manualHeal(name: string): Promise<number> {
   });
 }
 
-function summary(values: number[]) {
-  const sorted = [...values].sort((a, b) => a - b);
-  const median = sorted[Math.floor(sorted.length / 2)] ?? 0;
-  return { median, min: sorted[0] ?? 0, max: sorted[sorted.length - 1] ?? 0, samples: sorted };
-}
-
+const loadBefore = load();
 const create = { operator: [] as number[], reference: [] as number[] };
 const heal = { operator: [] as number[], firstAction: [] as number[], reference: [] as number[] };
 for (let i = 0; i < runs; i++) {
@@ -227,7 +222,7 @@ for (let i = 0; i < runs; i++) {
   heal.operator.push(healed.totalMs);
   heal.firstAction.push(healed.firstActionMs);
 }
-const load = loadavg();
+const loadAfter = load();
 const createOp = summary(create.operator);
 const createRef = summary(create.reference);
 const healOp = summary(heal.operator);
@@ -238,9 +233,9 @@ const results = [
     runs,
     operatorMs: createOp,
     referenceMs: createRef,
-    ratio: +(createOp.median / createRef.median).toFixed(2),
+    ratio: ratio(createOp.median, createRef.median),
     goal: 1.25,
-    loadavg: load,
+    loadavg: { before: loadBefore, after: loadAfter },
   },
   {
     scenario: "heal",
@@ -248,9 +243,9 @@ const results = [
     operatorMs: healOp,
     referenceMs: healRef,
     firstActionMs: summary(heal.firstAction),
-    ratio: +(healOp.median / healRef.median).toFixed(2),
+    ratio: ratio(healOp.median, healRef.median),
     goal: 1.25,
-    loadavg: load,
+    loadavg: { before: loadBefore, after: loadAfter },
   },
 ];
 for (const r of results) process.stdout.write(`${JSON.stringify(r)}\n`);

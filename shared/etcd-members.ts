@@ -46,13 +46,6 @@ export interface EtcdClientOptions {
   tls?: EtcdTLS;
   /** Deadline of each RPC in ms (default 3000). */
   timeoutMs?: number;
-  /**
-   * The HTTP/2 flow-control window of the connection, for clients that stream bulk data (a
-   * snapshot). grpc-js keeps the protocol's 64 KiB default, so a member can send only 64 KiB before
-   * waiting a round trip for the window to open again; grpc-go (etcdctl) grows its window with the
-   * measured bandwidth. Undefined: grpc-js's default, right for small calls.
-   */
-  streamWindowBytes?: number;
 }
 
 export interface MemberInfo {
@@ -174,10 +167,7 @@ export function createEtcdClient(endpoint: string, options: EtcdClientOptions): 
     // their reconnect back-off: after a member refused one connection (it was still starting),
     // every later client would wait out that back-off (1 s, 1.6 s, 2.6 s, … up to 2 min) and
     // time out. A private pool per client makes each call dial afresh.
-    grpcOptions: {
-      "grpc.use_local_subchannel_pool": 1,
-      ...(options.streamWindowBytes ? { "grpc-node.flow_control_window": options.streamWindowBytes } : {}),
-    },
+    grpcOptions: { "grpc.use_local_subchannel_pool": 1 },
   };
   const tls = options.tls;
   if (tls) {

@@ -59,15 +59,6 @@ export interface MemberSnapshot {
   close(): void;
 }
 
-/**
- * The snapshot connection's flow-control window. A 1.1 GiB snapshot over loopback streamed in
- * 6.0-8.8 s with grpc-js's 64 KiB default, 4.0-4.5 s with 2-4 MiB and 2.8-3.7 s with 8-16 MiB
- * (etcdctl to disk: 5.8-8.1 s, same runs). It is also what the connection may buffer while the
- * upload is slower than the member, on top of the upload's part buffers: 4 MiB keeps most of the
- * gain and the worker's growth during a backup well inside its 64 MiB budget.
- */
-export const SNAPSHOT_WINDOW_BYTES = 4 * 1024 * 1024;
-
 /** Resolves with the stream's first message (so the member answered), leaving the stream paused. */
 function firstMessage(responses: Readable): Promise<ISnapshotResponse> {
   return new Promise<ISnapshotResponse>((resolve, reject) => {
@@ -101,7 +92,7 @@ function firstMessage(responses: Readable): Promise<ISnapshotResponse> {
  * consumer (the upload) asks for more, so memory stays flat whatever the snapshot's size.
  */
 export async function openSnapshot(endpoint: string, options: EtcdClientOptions): Promise<MemberSnapshot> {
-  const client = createEtcdClient(endpoint, { ...options, streamWindowBytes: SNAPSHOT_WINDOW_BYTES });
+  const client = createEtcdClient(endpoint, options);
   try {
     const status = await client.maintenance.status();
     const responses = await client.maintenance.snapshot();
