@@ -6,9 +6,11 @@
 //              bad credentials or an unreachable store end the restore here, cluster untouched.
 //   Replacing  mark the EtcdCluster as being restored (the reconcile then keeps off it) and
 //              delete its member pods.
-//   Seeding    start one member whose init containers restore the backup into its data dir
-//              (shared/restore-pods.ts); once it serves, check its revision against the backup's,
-//              lift the mark, and the ordinary reconcile adds members up to spec.size.
+//   Seeding    start spec.size members at once whose init containers restore the backup into
+//              their data dirs with the new cluster's membership (shared/restore-pods.ts), as
+//              etcd's disaster recovery does it; once a majority serves, check the revision against
+//              the backup's and lift the mark. (Seeding one member and adding the others took twice
+//              as long: each added member receives the whole database again from the leader.)
 import { Writable } from "node:stream";
 import { pipeline } from "node:stream/promises";
 import type { V1Pod } from "@kubernetes/client-node";
@@ -242,56 +244,79 @@ export async function restoreStep(restore: EtcdRestore, deps: RestoreDeps): Prom
       await deps.kube.deletePod(namespace, pod.metadata?.name ?? "");
     }
     if (pods.length > 0) return { done: false, requeueAfterMs: 1_000 };
-    const seedMember = status.seedMember ?? newMemberName(clusterName);
-    await deps.kube.patchRestoreStatus(restore, { phase: "Seeding", seedMember });
+    const seedMembers =
+      status.seedMembers ?? Array.from({ length: spec.size }, () => newMemberName(clusterName));
+    await deps.kube.patchRestoreStatus(restore, {
+      phase: "Seeding",
+      seedMember: seedMembers[0],
+      seedMembers,
+    });
     return { done: false, requeueAfterMs: 0 };
   }
 
   // Seeding
-  const seedMember = status.seedMember ?? "";
   if (cluster.metadata?.annotations?.[RESTORE_ANNOTATION] !== uid) {
     // The mark was lifted by hand or by another restore: this one no longer owns the cluster.
     return fail(`the cluster's ${RESTORE_ANNOTATION} annotation no longer names this restore`);
   }
+  // A restore started by an operator that seeded one member has only `seedMember`.
+  const seedNames = status.seedMembers?.length ? status.seedMembers : [status.seedMember ?? ""];
+  const initialCluster = seedNames.map((name) => ({
+    name,
+    peerURL: peerURL(name, clusterName, namespace, spec.pod.ClusterDomain),
+  }));
   const started = Date.parse(status.startTime ?? now().toISOString());
-  let pod = await deps.kube.getPod(namespace, seedMember);
-  if (!pod) {
+  const pods: V1Pod[] = [];
+  const created: string[] = [];
+  for (const member of initialCluster) {
+    const existing = await deps.kube.getPod(namespace, member.name);
+    if (existing) {
+      pods.push(existing);
+      continue;
+    }
     await deps.guard();
-    const memberPeerURL = peerURL(seedMember, clusterName, namespace, spec.pod.ClusterDomain);
-    const base = memberPod({
-      cluster,
-      spec,
-      name: seedMember,
-      initialCluster: [{ name: seedMember, peerURL: memberPeerURL }],
-      state: "new",
-    });
-    pod = restoreSeedPod({
+    const base = memberPod({ cluster, spec, name: member.name, initialCluster, state: "new" });
+    const pod = restoreSeedPod({
       pod: base,
       source: seedSource(restore, status),
       operatorImage: deps.operatorImage,
       etcdImage: imageOf(spec),
-      memberName: seedMember,
-      peerURL: memberPeerURL,
+      memberName: member.name,
+      peerURL: member.peerURL,
+      initialCluster,
       clusterToken: `${clusterName}-restore-${uid}`,
     });
     // TLS clusters are refused before a restore gets here.
     await createMemberPodWithTls(deps.kube, cluster, spec, pod, undefined);
+    created.push(member.name);
+  }
+  if (created.length > 0) {
     await deps.kube.event(
       cluster,
       "Normal",
       "RestoreSeedCreated",
-      `seed member ${seedMember} starts from ${status.backupPath}`,
+      `seed member${created.length > 1 ? "s" : ""} ${created.join(", ")} start${created.length > 1 ? "" : "s"} from ${status.backupPath}`,
     );
     return { done: false, requeueAfterMs: 1_000 };
   }
-  const ready = pod.status?.conditions?.some((c) => c.type === "Ready" && c.status === "True");
-  const ip = pod.status?.podIP;
-  const revision = ready && ip ? await memberRevision(`http://${ip}:2379`, deps.etcd) : undefined;
+  // Ready means etcd's /health passed, which needs a leader: a majority of the seeds has formed
+  // the cluster. A seed that never comes up is then the ordinary reconcile's to replace.
+  const serving = pods.filter(
+    (pod) =>
+      pod.status?.podIP && pod.status.conditions?.some((c) => c.type === "Ready" && c.status === "True"),
+  );
+  const quorum = Math.floor(initialCluster.length / 2) + 1;
+  let revision: number | undefined;
+  for (const pod of serving.length >= quorum ? serving : []) {
+    revision = await memberRevision(`http://${pod.status?.podIP}:2379`, deps.etcd);
+    if (revision !== undefined) break;
+  }
+  const seedMember = seedNames.join(", ");
   if (revision === undefined) {
-    const problem = seedProblem(pod);
+    const problem = pods.map(seedProblem).find((p) => p !== undefined);
     if (now().getTime() - started > SEED_TIMEOUT_MS) {
       return fail(
-        `seed member ${seedMember} did not serve within ${SEED_TIMEOUT_MS / 60_000} minutes${problem ? `: ${problem}` : ""}`,
+        `seed member(s) ${seedMember} did not serve within ${SEED_TIMEOUT_MS / 60_000} minutes${problem ? `: ${problem}` : ""}`,
         cluster,
       );
     }
@@ -321,7 +346,7 @@ export async function restoreStep(restore: EtcdRestore, deps: RestoreDeps): Prom
   };
   await deps.kube.patchRestoreStatus(restore, completed);
   const seconds = ((now().getTime() - started) / 1000).toFixed(1);
-  const message = `cluster ${clusterName} restored from ${status.backupPath} at revision ${revision} in ${seconds} s; members are added up to size ${spec.size}`;
+  const message = `cluster ${clusterName} restored from ${status.backupPath} at revision ${revision} in ${seconds} s with ${initialCluster.length} member(s)${initialCluster.length < spec.size ? `; members are added up to size ${spec.size}` : ""}`;
   deps.log.info({ revision }, message);
   await deps.kube.event(restore, "Normal", "RestoreSucceeded", message);
   await deps.kube.event(cluster, "Normal", "RestoreSucceeded", message);

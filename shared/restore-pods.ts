@@ -50,6 +50,11 @@ export interface RestoreSeedInput {
   etcdImage: string;
   memberName: string;
   peerURL: string;
+  /**
+   * Every member restored from the same snapshot at once (this one included), as etcd's disaster
+   * recovery does it; default: this member alone (the others are added afterwards).
+   */
+  initialCluster?: { name: string; peerURL: string }[];
   /** A token no old member shares, so none of them can talk to the restored cluster. */
   clusterToken: string;
 }
@@ -110,7 +115,9 @@ export function restoreSeedPod(input: RestoreSeedInput): V1Pod {
       "restore",
       SNAPSHOT_FILE,
       `--name=${input.memberName}`,
-      `--initial-cluster=${input.memberName}=${input.peerURL}`,
+      `--initial-cluster=${(input.initialCluster ?? [{ name: input.memberName, peerURL: input.peerURL }])
+        .map((m) => `${m.name}=${m.peerURL}`)
+        .join(",")}`,
       `--initial-advertise-peer-urls=${input.peerURL}`,
       `--initial-cluster-token=${input.clusterToken}`,
       `--data-dir=${STAGING_DATA_DIR}`,

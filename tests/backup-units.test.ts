@@ -260,6 +260,31 @@ t.test("the restore seed pod restores before etcd starts, with credentials as a 
   t.equal(pod.spec?.containers[0]?.name, "etcd", "the member container is unchanged");
 });
 
+t.test("seed members restored at once share the new cluster's whole membership", async (t) => {
+  const initialCluster = ["c-a", "c-b", "c-c"].map((name) => ({
+    name,
+    peerURL: `http://${name}.c.default.svc:2380`,
+  }));
+  const pod = restoreSeedPod({
+    pod: { metadata: { name: "c-b" }, spec: { containers: [{ name: "etcd", image: "etcd:v3.6.16" }] } },
+    source: { storageType: "S3", path: "bucket/key", secretName: "aws" },
+    operatorImage: "example/etcd-operator:v1",
+    etcdImage: "quay.io/coreos/etcd:v3.6.16",
+    memberName: "c-b",
+    peerURL: "http://c-b.c.default.svc:2380",
+    initialCluster,
+    clusterToken: "c-restore-uid",
+  });
+  const restore = pod.spec?.initContainers?.[1]?.command ?? [];
+  t.ok(
+    restore.includes(
+      "--initial-cluster=c-a=http://c-a.c.default.svc:2380,c-b=http://c-b.c.default.svc:2380,c-c=http://c-c.c.default.svc:2380",
+    ),
+  );
+  t.ok(restore.includes("--name=c-b"));
+  t.ok(restore.includes("--initial-advertise-peer-urls=http://c-b.c.default.svc:2380"));
+});
+
 t.test("all members lost: the newest successful backup of this cluster is found and restored", async (t) => {
   const backup = (
     name: string,

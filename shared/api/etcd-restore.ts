@@ -12,7 +12,7 @@ import {
   S3SourceSchema,
   storageSectionRule,
 } from "./etcd-backup.ts";
-import { GROUP } from "./etcd-cluster.ts";
+import { GROUP, MAX_CLUSTER_SIZE } from "./etcd-cluster.ts";
 
 export const RESTORE_KIND = "EtcdRestore";
 export const RESTORE_LIST_KIND = "EtcdRestoreList";
@@ -98,7 +98,13 @@ export const EtcdRestoreStatusSchema = Type.Object(
     restoredRevision: Type.Optional(
       Type.Integer({ minimum: 0, description: "The revision the restored cluster reported once it served." }),
     ),
-    seedMember: Type.Optional(Type.String({ description: "The member started from the backup." })),
+    seedMember: Type.Optional(Type.String({ description: "The (first) member started from the backup." })),
+    seedMembers: Type.Optional(
+      Type.Array(Type.String(), {
+        maxItems: MAX_CLUSTER_SIZE,
+        description: "Every member started from the backup at once (spec.size of them).",
+      }),
+    ),
     startTime: Type.Optional(Type.String({ description: "When the restore started (RFC 3339)." })),
     completionTime: Type.Optional(Type.String({ description: "When the restore ended (RFC 3339)." })),
   },
