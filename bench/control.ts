@@ -1,28 +1,35 @@
 // Benchmark: the scale of control. Many EtcdClusters (most paused, a few live), one watcher and N
 // worker processes (separate processes, as deployed):
-//   node bench/control.ts [--clusters 1000] [--live 20] [--workers 2] [--rounds 3]
-// Prints one JSON object:
+//   node bench/control.ts [--clusters 1000] [--live 20] [--workers 2] [--rounds 3] [--runs 3]
+// Measures `runs` times on one set-up and prints one JSON object (median, spread and samples):
 //   - reconcilesPerSecondPerWorker: every cluster asked for a reconcile `rounds` times at once,
 //     completed reconciles per second divided by the workers (goal ≥ 300);
 //   - queueWaitMs p50/p99 at half that load: reconcile requests paced at half the measured rate,
 //     from the request to the job becoming active (BullMQ's own events; goal p99 ≤ 20 ms);
 //   - rssMiB of the watcher and each worker after the load (goal ≤ 150 each);
+//   - cpuMsPerReconcile: CPU time each process (kube-apiserver, its etcd, Redis, the watcher, the
+//     workers, this script) spent during the throughput phase, per completed reconcile: where the
+//     two cores go;
+//   - apiRequestsPerReconcile: kube-apiserver requests by verb and resource per reconcile (last run);
 //   - the machine's load average.
 // Runs against the local control plane; never part of the default tests.
 import { readFileSync } from "node:fs";
-import { loadavg } from "node:os";
+import { request } from "node:https";
+import { join } from "node:path";
 import { parseArgs } from "node:util";
 import { CustomObjectsApi } from "@kubernetes/client-node";
 import { Queue, QueueEvents } from "bullmq";
 import { Redis } from "ioredis";
 import { installCrds } from "../infra/crds.ts";
 import { startLocalCluster } from "../infra/local/control-plane.ts";
+import { readPidFile } from "../infra/local/daemons.ts";
 import { clientsFor, waitFor } from "../infra/local/kube-wait.ts";
 import { newestPatchOf } from "../shared/etcd-versions.ts";
 import { Kube } from "../shared/kube.ts";
 import { RECONCILE_QUEUE, requestReconcile } from "../shared/queue.ts";
 import { type ClusterClients, createCluster } from "../tests/helpers/clusters.ts";
 import { type OperatorProcess, startOperatorProcess } from "../tests/helpers/operator-processes.ts";
+import { load, summary } from "./stats.ts";
 
 const { values } = parseArgs({
   options: {
@@ -30,12 +37,14 @@ const { values } = parseArgs({
     live: { type: "string", default: "20" },
     workers: { type: "string", default: "2" },
     rounds: { type: "string", default: "3" },
+    runs: { type: "string", default: "3" },
   },
 });
 const CLUSTERS = Number(values.clusters);
 const LIVE = Number(values.live);
 const WORKERS = Number(values.workers);
 const ROUNDS = Number(values.rounds);
+const RUNS = Number(values.runs);
 const NS = "default";
 const progress = (line: string) => process.stderr.write(`${line}\n`);
 
@@ -55,6 +64,65 @@ function rssMiB(pid: number | undefined): number {
   if (pid === undefined) return Number.NaN;
   const match = /VmRSS:\s+(\d+) kB/.exec(readFileSync(`/proc/${pid}/status`, "utf8"));
   return Math.round(Number(match?.[1] ?? 0) / 1024);
+}
+
+/** CPU seconds (user + system) a process has used so far. */
+function cpuSeconds(pid: number | undefined): number {
+  if (pid === undefined) return Number.NaN;
+  try {
+    // Fields after the command (which may hold spaces) start at state; utime and stime are 14 and 15.
+    const fields = readFileSync(`/proc/${pid}/stat`, "utf8").split(") ")[1]?.split(" ") ?? [];
+    return (Number(fields[11]) + Number(fields[12])) / 100;
+  } catch {
+    return Number.NaN;
+  }
+}
+
+/** Every process that takes part in a reconcile, by name. */
+function participants(watcher: OperatorProcess, workers: OperatorProcess[]): Map<string, number | undefined> {
+  const daemon = (name: string) => readPidFile(join(cluster.dir, `${name}.pid`))?.pid;
+  return new Map<string, number | undefined>([
+    ["kube-apiserver", daemon("kube-apiserver")],
+    ["etcd (the API server's)", daemon("etcd")],
+    ["redis", daemon("redis")],
+    ["watcher", watcher.child.pid],
+    ...workers.map((w, i): [string, number | undefined] => [`worker ${i + 1}`, w.child.pid]),
+    ["bench (requests)", process.pid],
+  ]);
+}
+
+/** kube-apiserver's own count of requests so far, by "VERB resource" (its /metrics). */
+async function apiRequestCounts(): Promise<Map<string, number>> {
+  const server = kc.getCurrentCluster();
+  const user = kc.getCurrentUser();
+  const b64 = (data: string | undefined) => (data ? Buffer.from(data, "base64") : undefined);
+  const text = await new Promise<string>((resolve, reject) => {
+    const req = request(
+      `${server?.server}/metrics`,
+      { ca: b64(server?.caData), cert: b64(user?.certData), key: b64(user?.keyData) },
+      (res) => {
+        let body = "";
+        res.setEncoding("utf8");
+        res.on("data", (chunk: string) => {
+          body += chunk;
+        });
+        res.on("end", () => resolve(body));
+        res.on("error", reject);
+      },
+    );
+    req.on("error", reject);
+    req.end();
+  });
+  const counts = new Map<string, number>();
+  for (const line of text.split("\n")) {
+    if (!line.startsWith("apiserver_request_total{")) continue;
+    const verb = /verb="([^"]*)"/.exec(line)?.[1] ?? "";
+    const resource = /resource="([^"]*)"/.exec(line)?.[1] ?? "";
+    const subresource = /subresource="([^"]*)"/.exec(line)?.[1];
+    const key = `${verb} ${resource}${subresource ? `/${subresource}` : ""}`;
+    counts.set(key, (counts.get(key) ?? 0) + Number(line.slice(line.lastIndexOf(" ") + 1)));
+  }
+  return counts;
 }
 
 function percentile(sorted: number[], p: number): number {
@@ -112,24 +180,12 @@ try {
   );
   await drained();
 
-  // Throughput: every cluster asked `rounds` times, as fast as the workers take them.
   let completed = 0;
   events.on("completed", () => {
     completed++;
   });
-  progress(`throughput: ${ROUNDS} × ${CLUSTERS} reconcile requests`);
-  const started = performance.now();
-  for (let round = 0; round < ROUNDS; round++) {
-    await Promise.all(names.map((name) => requestReconcile(queue, redis, NS, name, { reason: "bench" })));
-    await drained();
-  }
-  const seconds = (performance.now() - started) / 1000;
-  const perWorker = completed / seconds / WORKERS;
-
-  // Latency at half load: requests paced at half the measured total rate.
-  const rate = Math.max(1, (completed / seconds) * 0.5);
   const requestedAt = new Map<string, number>();
-  const waits: number[] = [];
+  let waits: number[] = [];
   events.on("active", ({ jobId }) => {
     const at = requestedAt.get(jobId);
     if (at !== undefined) {
@@ -137,37 +193,100 @@ try {
       requestedAt.delete(jobId);
     }
   });
-  progress(`latency: ${rate.toFixed(0)} requests/s for 10 s`);
-  const until = performance.now() + 10_000;
-  let i = 0;
-  while (performance.now() < until) {
-    const name = names[i++ % names.length] ?? "";
-    requestedAt.set(`${NS}/${name}`, performance.now());
-    await requestReconcile(queue, redis, NS, name, { reason: "bench" });
-    await new Promise((r) => setTimeout(r, 1000 / rate));
+  const processesByName = participants(watcher, workers);
+  const perRun = {
+    perWorker: [] as number[],
+    p50: [] as number[],
+    p99: [] as number[],
+    cpu: [] as Record<string, number>[],
+    requests: [] as Record<string, number>[],
+  };
+  for (let run = 0; run < RUNS; run++) {
+    // Throughput: every cluster asked `rounds` times, as fast as the workers take them.
+    completed = 0;
+    progress(`run ${run + 1}/${RUNS} throughput: ${ROUNDS} × ${CLUSTERS} reconcile requests`);
+    const cpuBefore = new Map([...processesByName].map(([name, pid]) => [name, cpuSeconds(pid)]));
+    const requestsBefore = await apiRequestCounts();
+    const started = performance.now();
+    for (let round = 0; round < ROUNDS; round++) {
+      await Promise.all(names.map((name) => requestReconcile(queue, redis, NS, name, { reason: "bench" })));
+      await drained();
+    }
+    const seconds = (performance.now() - started) / 1000;
+    const done = completed;
+    perRun.perWorker.push(done / seconds / WORKERS);
+    const requestsAfter = await apiRequestCounts();
+    perRun.requests.push(
+      Object.fromEntries(
+        [...requestsAfter]
+          .map(([key, n]): [string, number] => [key, (n - (requestsBefore.get(key) ?? 0)) / done])
+          .filter(([, n]) => n >= 0.01)
+          .map(([key, n]) => [key, Number(n.toFixed(2))]),
+      ),
+    );
+    perRun.cpu.push(
+      Object.fromEntries(
+        [...processesByName].map(([name, pid]) => [
+          name,
+          Number((((cpuSeconds(pid) - (cpuBefore.get(name) ?? 0)) * 1000) / done).toFixed(2)),
+        ]),
+      ),
+    );
+
+    // Latency at half load: requests paced at half the measured total rate.
+    const rate = Math.max(1, (done / seconds) * 0.5);
+    waits = [];
+    progress(`run ${run + 1}/${RUNS} latency: ${rate.toFixed(0)} requests/s for 10 s`);
+    const until = performance.now() + 10_000;
+    let i = 0;
+    while (performance.now() < until) {
+      const name = names[i++ % names.length] ?? "";
+      requestedAt.set(`${NS}/${name}`, performance.now());
+      await requestReconcile(queue, redis, NS, name, { reason: "bench" });
+      await new Promise((r) => setTimeout(r, 1000 / rate));
+    }
+    await drained();
+    const sorted = [...waits].sort((a, b) => a - b);
+    perRun.p50.push(percentile(sorted, 50));
+    perRun.p99.push(percentile(sorted, 99));
   }
-  await drained();
-  const sorted = [...waits].sort((a, b) => a - b);
+  const cpuMsPerReconcile = Object.fromEntries(
+    [...processesByName.keys()].map((name) => [
+      name,
+      summary(
+        perRun.cpu.map((c) => c[name] ?? 0),
+        2,
+      ).median,
+    ]),
+  );
   console.log(
     JSON.stringify({
       scenario: "control",
       clusters: CLUSTERS,
       live: LIVE,
       workers: WORKERS,
-      reconciles: completed,
-      seconds: Number(seconds.toFixed(2)),
-      reconcilesPerSecondPerWorker: Number(perWorker.toFixed(1)),
+      workerConcurrency: Number(process.env.WORKER_CONCURRENCY ?? 8),
+      runs: RUNS,
+      reconcilesPerSecondPerWorker: summary(perRun.perWorker, 1),
       goalPerWorker: 300,
       queueWaitMs: {
-        load: `${rate.toFixed(0)} requests/s (half the measured rate)`,
-        samples: sorted.length,
-        p50: Number(percentile(sorted, 50).toFixed(1)),
-        p99: Number(percentile(sorted, 99).toFixed(1)),
+        load: "half the measured rate",
+        p50: summary(perRun.p50, 1),
+        p99: summary(perRun.p99, 1),
       },
       goalP99Ms: 20,
       rssMiB: { watcher: rssMiB(watcher.child.pid), workers: workers.map((w) => rssMiB(w.child.pid)) },
       goalRssMiB: 150,
-      loadavg: loadavg().map((l) => Number(l.toFixed(2))),
+      cpuMsPerReconcile: {
+        ...cpuMsPerReconcile,
+        total: Number(
+          Object.values(cpuMsPerReconcile)
+            .reduce((a, b) => a + b, 0)
+            .toFixed(2),
+        ),
+      },
+      apiRequestsPerReconcile: perRun.requests.at(-1),
+      loadavg: load(),
     }),
   );
 } finally {

@@ -1,6 +1,7 @@
 // The reconcile function: re-read the world for one EtcdCluster (CR, pods, Services, etcd's
 // member list and health), pick ONE next step with the planner, run it, and write status.
 // Level-triggered and stateless: the job carries only which cluster; running it twice is harmless.
+import { isDeepStrictEqual } from "node:util";
 import type { V1PersistentVolumeClaim, V1Pod } from "@kubernetes/client-node";
 import {
   ALLOW_DOWNGRADE_ANNOTATION,
@@ -376,15 +377,23 @@ function simpleStatus(
   };
 }
 
-function withoutTimestamps(status: EtcdClusterStatus | undefined): string {
-  return JSON.stringify({
-    ...status,
-    conditions: status?.conditions?.map(({ lastUpdateTime: _u, lastTransitionTime: _t, ...rest }) => rest),
-  });
+/** The status as plain JSON data without the condition timestamps (undefined fields dropped). */
+function comparable(status: EtcdClusterStatus | undefined): unknown {
+  return JSON.parse(
+    JSON.stringify({
+      ...status,
+      conditions: status?.conditions?.map(({ lastUpdateTime: _u, lastTransitionTime: _t, ...rest }) => rest),
+    }),
+  );
 }
 
+/**
+ * True when two statuses say the same, whatever their key order: the API server returns a custom
+ * resource with its keys sorted (it holds it as a map), while the status built here has them in
+ * code order, so comparing serialisations wrote an unchanged status on every look.
+ */
 export function sameStatus(a: EtcdClusterStatus | undefined, b: EtcdClusterStatus): boolean {
-  return withoutTimestamps(a) === withoutTimestamps(b);
+  return isDeepStrictEqual(comparable(a), comparable(b));
 }
 
 /**

@@ -8,6 +8,7 @@ import {
   planNextStep,
   STARTUP_GRACE_MS,
 } from "../functions/plan.ts";
+import { sameStatus } from "../functions/reconcile.ts";
 import type { NormalizedSpec } from "../shared/api/etcd-cluster.ts";
 import type { EndpointStatus, MemberInfo } from "../shared/etcd-members.ts";
 
@@ -21,7 +22,7 @@ function pod(name: string, extra: Partial<PodView> = {}): PodView {
   return {
     name,
     ip: `10.0.0.${name.length}`,
-    phase: "Running",
+    phase: "Running" as const,
     ready: true,
     terminating: false,
     createdAtMs: NOW - 600_000,
@@ -522,4 +523,45 @@ t.test("persistent volumes: the claim of a member that is no more is deleted", a
   t.same(planNextStep(observation({ size: 3, pods, members, health, claims: claims.slice(0, 3) })), {
     kind: "steady",
   });
+});
+
+t.test("a status is the same whatever its key order and condition timestamps", async (t) => {
+  // As the API server returns it: keys sorted.
+  const paused = {
+    lastTransitionTime: "2026-01-01T00:00:00Z",
+    lastUpdateTime: "2026-01-01T00:00:00Z",
+    message: "spec.paused is true",
+    observedGeneration: 2,
+    reason: "Paused",
+    status: "False" as const,
+    type: "Progressing",
+  };
+  const stored = {
+    conditions: [paused],
+    controlPaused: true,
+    observedGeneration: 2,
+    phase: "Running" as const,
+  };
+  // As reconcile builds it: code order, new timestamps, an undefined field.
+  const built = {
+    phase: "Running" as const,
+    controlPaused: true,
+    currentVersion: undefined,
+    conditions: [
+      {
+        type: "Progressing",
+        status: "False" as const,
+        reason: "Paused",
+        message: "spec.paused is true",
+        observedGeneration: 2,
+        lastTransitionTime: "2026-02-02T00:00:00Z",
+        lastUpdateTime: "2026-02-02T00:00:00Z",
+      },
+    ],
+    observedGeneration: 2,
+  };
+  t.ok(sameStatus(stored, built), "no write for an unchanged status");
+  t.notOk(sameStatus(stored, { ...built, controlPaused: false }), "a changed field is a change");
+  const condition = { ...paused, reason: "Scaling" };
+  t.notOk(sameStatus(stored, { ...built, conditions: [condition] }), "a changed condition is a change");
 });
