@@ -147,21 +147,24 @@ async function operatorHeal(name: string): Promise<{ totalMs: number; firstActio
   const victim = pods.items[0]?.metadata?.name ?? "";
   const started = performance.now();
   await core.deleteNamespacedPod({ namespace: NS, name: victim, gracePeriodSeconds: 0 });
+  // The first action is watched on its own, every 25 ms: checking it between health checks (which
+  // wait on the dead member's endpoint) made it look later than it was.
   let firstActionMs = -1;
-  await waitFor(
-    `${name} healed`,
-    async () => {
-      if (firstActionMs < 0) {
-        const events = await core.listNamespacedEvent({
-          namespace: NS,
-          fieldSelector: `involvedObject.name=${name},reason=MemberReplaced`,
-        });
-        if (events.items.length > 0) firstActionMs = Math.round(performance.now() - started);
-      }
-      return healthyVoters(`etcd_cluster=${name}`, 3);
-    },
-    { timeoutMs: 180_000, intervalMs: 50 },
-  );
+  const firstAction = (async () => {
+    while (firstActionMs < 0 && performance.now() - started < 180_000) {
+      const events = await core.listNamespacedEvent({
+        namespace: NS,
+        fieldSelector: `involvedObject.name=${name},reason=MemberReplaced`,
+      });
+      if (events.items.length > 0) firstActionMs = Math.round(performance.now() - started);
+      else await new Promise((r) => setTimeout(r, 25));
+    }
+  })();
+  await waitFor(`${name} healed`, () => healthyVoters(`etcd_cluster=${name}`, 3), {
+    timeoutMs: 180_000,
+    intervalMs: 50,
+  });
+  await firstAction;
   return { totalMs: Math.round(performance.now() - started), firstActionMs };
 }
 
