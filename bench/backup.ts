@@ -224,7 +224,12 @@ async function manualRestore(key: string, round: number): Promise<number> {
 }
 
 /** The cluster deleted and created again empty, then an EtcdRestore until `size` members serve. */
-async function operatorRestore(key: string): Promise<{ completed: number; serving: number }> {
+async function operatorRestore(key: string): Promise<{
+  completed: number;
+  serving: number;
+  phases: Record<string, number>;
+  etcdStartedSeconds: number[];
+}> {
   await deleteCustom(c, NS, "etcdrestores", NAME).catch(() => undefined);
   await c.custom.deleteNamespacedCustomObject({
     group: GROUP,
@@ -249,10 +254,37 @@ async function operatorRestore(key: string): Promise<{ completed: number; servin
     backupStorageType: "S3",
     s3: { path: `bench/${key}`, awsSecret: "aws", endpoint: s3?.endpoint, forcePathStyle: true },
   });
-  await waitRestore(c, NS, NAME, "Completed", 1_800_000);
+  // Where the time goes: when each phase was first seen (polled every 100 ms), and when the seed
+  // pods' etcd containers started (their init containers fetched and restored the backup before).
+  const phases: Record<string, number> = {};
+  let watching = true;
+  const phaseWatch = (async () => {
+    while (watching) {
+      const phase = (await c.kube.getRestore(NS, NAME))?.status?.phase;
+      if (phase && phases[phase] === undefined) phases[phase] = Number(seconds(started).toFixed(2));
+      await new Promise((r) => setTimeout(r, 100));
+    }
+  })();
+  try {
+    await waitRestore(c, NS, NAME, "Completed", 1_800_000);
+  } finally {
+    watching = false;
+    await phaseWatch;
+  }
   const completed = seconds(started);
   await waitReady(c, NS, NAME, size, 1_800_000);
-  return { completed, serving: seconds(started) };
+  const serving = seconds(started);
+  const pods = await core.listNamespacedPod({ namespace: NS, labelSelector: `etcd_cluster=${NAME}` });
+  const wall = Date.now() - serving * 1000;
+  const etcdStartedSeconds = pods.items
+    .map((p) => p.status?.containerStatuses?.find((s) => s.name === "etcd")?.state?.running?.startedAt)
+    .filter((at): at is Date => at !== undefined)
+    .map((at) => Number(((new Date(at).getTime() - wall) / 1000).toFixed(1)))
+    .sort((a, b) => a - b);
+  progress(
+    `restore trace: phases first seen at ${JSON.stringify(phases)} s; etcd started at ${etcdStartedSeconds.join(", ")} s`,
+  );
+  return { completed, serving, phases, etcdStartedSeconds };
 }
 
 const loadBefore = load();
@@ -263,6 +295,7 @@ const figures = {
   rssGrowthMiB: [] as number[],
   restore: [] as number[],
   restoreCompleted: [] as number[],
+  restoreTraces: [] as { phases: Record<string, number>; etcdStartedSeconds: number[] }[],
   manualRestore: [] as number[],
 };
 let snapshotBytes = 0;
@@ -291,6 +324,7 @@ try {
     const restored = await operatorRestore(`bench-${round}.db`);
     figures.restore.push(restored.serving);
     figures.restoreCompleted.push(restored.completed);
+    figures.restoreTraces.push({ phases: restored.phases, etcdStartedSeconds: restored.etcdStartedSeconds });
     progress(
       `run ${round + 1}/${runs}: restore by hand ${figures.manualRestore.at(-1)?.toFixed(1)} s, operator ${restored.serving.toFixed(1)} s`,
     );
@@ -334,6 +368,10 @@ try {
       bytes: backupBytes,
       secondsToServing: restore,
       secondsToCompleted: summary(figures.restoreCompleted, 2),
+      trace: {
+        what: "seconds from the request: each phase first seen, and each member's etcd container start",
+        runs: figures.restoreTraces,
+      },
       reference: {
         what: `by hand: download, etcdutl snapshot restore ×${size} in parallel, start ${size} etcd, endpoint health`,
         seconds: manual,

@@ -15,12 +15,12 @@ import { MIN_PART_SIZE, type UploadShape, uploadStream } from "./s3-multipart.ts
 import { isNetworkError, type ObjectStore, ObjectStoreError, type StoredObject } from "./types.ts";
 
 /**
- * Parts of 5 MiB, up to 3 in flight: a store answers a part only once it has stored it, so with
- * one part in flight the snapshot waits a full round trip per 5 MiB (at 100 ms to a distant region
- * that caps a backup at 50 MiB/s). 15 MiB of buffers, allocated once: a 1 GiB backup grew the
- * worker's RSS by 48.5 MiB (2 buffers: 35.7 MiB; tests/backup-large.test.ts allows 64).
+ * Parts of 5 MiB, two buffers: a part uploads while the next fills, and two are in flight when the
+ * stream is faster than the store. More buffers would help a distant store (one part per round
+ * trip caps a backup at 50 MiB/s at 100 ms), but on a store-bound local run 3 buffers grew the
+ * worker's RSS by 41-98 MiB during a 1 GiB backup (2: 36 MiB; the budget is 64 MiB).
  */
-export const UPLOAD_SHAPE: UploadShape = { partSize: MIN_PART_SIZE, buffers: 3 };
+export const UPLOAD_SHAPE: UploadShape = { partSize: MIN_PART_SIZE, buffers: 2 };
 
 export interface S3StoreOptions {
   bucket: string;
