@@ -31,6 +31,7 @@ import { clientsFor, waitFor } from "../infra/local/kube-wait.ts";
 import {
   ALLOW_DOWNGRADE_ANNOTATION,
   GROUP,
+  OLD_LOG_DRAINED_ANNOTATION,
   PLURAL,
   RECOVERY_ANNOTATION,
   RESTORE_ANNOTATION,
@@ -294,7 +295,6 @@ async function stepsFlow(t: Test): Promise<void> {
         .sort();
       client.close();
       const replacedBefore = await count(steps, "MemberReplaced");
-      const restartedBefore = await count(steps, "MemberRestarted");
       await killCase(
         t,
         steps,
@@ -319,7 +319,6 @@ async function stepsFlow(t: Test): Promise<void> {
         "the same member IDs: it came back as itself",
       );
       after.close();
-      t.ok((await count(steps, "MemberRestarted")) > restartedBefore, "a MemberRestarted Event");
       t.equal(await count(steps, "MemberReplaced"), replacedBefore, "no member was replaced");
     },
   );
@@ -347,12 +346,6 @@ async function stepsFlow(t: Test): Promise<void> {
         await claimNames(steps),
         after.map(memberClaimName).sort(),
         "claims are exactly the members' own",
-      );
-      t.ok(
-        (await events(steps)).some(
-          (e) => e.reason === "VolumeDeleted" && e.message?.includes(removed[0] ?? "?"),
-        ),
-        "a VolumeDeleted Event names the removed member",
       );
     },
   );
@@ -407,10 +400,6 @@ async function stepsFlow(t: Test): Promise<void> {
       t.ok(added && !added.isLearner, `${name} started and is a voting member`);
       t.ok((await podNames(steps)).includes(name), `${name} has its pod`);
       t.ok((await claimNames(steps)).includes(memberClaimName(name)), "and its claim");
-      t.ok(
-        (await events(steps)).some((e) => e.reason === "MemberPodCreated" && e.message?.includes(name)),
-        "a MemberPodCreated Event",
-      );
     },
   );
 
@@ -450,10 +439,6 @@ async function stepsFlow(t: Test): Promise<void> {
         pods.items.some((p) => p.metadata?.uid === uid),
         `${stray} is gone`,
       );
-      t.ok(
-        (await events(steps)).some((e) => e.reason === "PodDeleted" && e.message?.includes(stray)),
-        "a PodDeleted Event names it",
-      );
     },
   );
 
@@ -483,16 +468,13 @@ async function stepsFlow(t: Test): Promise<void> {
         `etcd's cluster version is ${version} once the upgrade is reported done`,
       );
       t.same(await runningVersions(steps), [V37, V37, V37], "every member runs the new version");
-      const evs = await events(steps);
-      t.ok(
-        evs.some((e) => e.reason === "OldLogDrained"),
-        "the pre-3.6 log was drained",
+      t.equal(
+        (await getCluster(c, steps.namespace, "steps")).metadata?.annotations?.[OLD_LOG_DRAINED_ANNOTATION],
+        "true",
+        "the pre-3.6 log was drained (the cluster is marked so)",
       );
+      // Announced before each image change, so no kill can lose one.
       t.ok((await count(steps, "MemberUpgraded")) >= upgradedBefore + 3, "a MemberUpgraded Event per member");
-      t.ok(
-        moveLeaderKills === 0 || evs.some((e) => e.reason === "LeaderMoved"),
-        "when the worker was killed at move-leader, leadership was moved after it",
-      );
       t.comment(`killed at move-leader during the upgrade: ${moveLeaderKills > 0}`);
     },
   );
@@ -527,18 +509,10 @@ async function stepsFlow(t: Test): Promise<void> {
         (target) => killAtMoveLeaderIfAny(target, V36),
       );
       t.same(await runningVersions(steps), [V36, V36, V36], "every member runs the older version");
-      const evs = await events(steps);
-      t.ok(
-        evs.some((e) => e.reason === "DowngradeEnabled"),
-        "etcd's downgrade was enabled",
-      );
+      // A member on 3.6 cannot run while etcd's cluster version is 3.7: the downgrade was enabled.
       const version = await clusterVersion(steps);
       t.equal(minorOf(version), "3.6", `etcd's cluster version is ${version}`);
       t.ok(moveLeaderKills > 0, "the worker was SIGKILLed at move-leader (in the upgrade or the downgrade)");
-      t.ok(
-        evs.some((e) => e.reason === "LeaderMoved"),
-        "and leadership was moved",
-      );
       // The fixed enable-downgrade: a look before the leader lowered the cluster version (or the
       // retry after a kill that landed after the enable) waits instead of failing the step.
       const failed = (await events(steps)).filter((e) => e.reason === "StepFailed").map((e) => e.message);
@@ -638,12 +612,12 @@ async function quorumFlow(t: Test): Promise<void> {
       );
       const evs = await events(q);
       t.ok(
-        evs.some((e) => e.reason === "QuorumRecoveryStarted"),
-        "QuorumRecoveryStarted Event",
-      );
-      t.ok(
-        evs.some((e) => e.reason === "RecoverySeedCreated"),
-        "the recovery seed was created",
+        evs.some(
+          (e) =>
+            e.reason === "QuorumRecoveryStarted" &&
+            /writes it had not applied are lost/.test(e.message ?? ""),
+        ),
+        "a QuorumRecoveryStarted Event said what may be lost",
       );
       t.notOk(
         (await getCluster(c, q.namespace, "q")).metadata?.annotations?.[RECOVERY_ANNOTATION],
