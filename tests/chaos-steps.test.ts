@@ -63,7 +63,7 @@ import {
 import { type ClusterClients, createCluster, etcdClient, getCluster, patchSpec } from "./helpers/clusters.ts";
 import type { OperatorProcess } from "./helpers/operator-processes.ts";
 import { chooser, seedFrom } from "./helpers/random.ts";
-import { type AcknowledgedWrite, missingWrites, startWriter, type Writer } from "./helpers/writer.ts";
+import { missingWrites, startWriter, type Writer, type WriterResult } from "./helpers/writer.ts";
 
 const SEED = seedFrom(process.env.CHAOS_SEED);
 t.comment(`CHAOS_SEED=${SEED} (set it to replay this run's choice of victims)`);
@@ -573,19 +573,21 @@ async function quorumFlow(t: Test): Promise<void> {
     async (t) => {
       const writer = startWriter(() => endpointsOf(q), "q1/");
       await sleep(3_000);
-      let acknowledged: AcknowledgedWrite[] = [];
+      let stopping: Promise<WriterResult> | undefined;
       const started = Date.now();
       const report = await killWorkerAt(
         q,
         ["recover-from-member", "create-recovery-seed", "finish-recovery"],
         async () => {
           const victims = await deletePods(q, 2);
-          // Without a quorum no write can be acknowledged: the writer's record ends here.
-          ({ acknowledged } = await writer.stop());
+          // Without a quorum no write can be acknowledged: the writer's record ends here. Not
+          // awaited: its put in flight may take its 5 s deadline, and the kill must not wait.
+          stopping = writer.stop();
           return `member pods ${victims.join(", ")} deleted with their data`;
         },
         RESTORE_BOUND_MS,
       );
+      const acknowledged = (await stopping)?.acknowledged ?? [];
       const convergeMs = await waitConverged(q, started, QUORUM_BOUND_MS);
       const recovered = await revisionIn(q, "QuorumRecovered", /at revision (\d+)/);
       const missing = await missingWrites(await endpointsOf(q), acknowledged);
@@ -645,7 +647,7 @@ async function quorumFlow(t: Test): Promise<void> {
       t.equal(backup.succeeded, true, `backup taken at revision ${backup.etcdRevision}`);
       const backupRevision = backup.etcdRevision ?? 0;
       await sleep(2_000);
-      let acknowledged: AcknowledgedWrite[] = [];
+      let stopping: Promise<WriterResult> | undefined;
       const started = Date.now();
       const report = await killWorkerAt(
         q,
@@ -657,11 +659,13 @@ async function quorumFlow(t: Test): Promise<void> {
         ],
         async () => {
           const victims = await deletePods(q, 3);
-          ({ acknowledged } = await writer.stop());
+          // As above: stopped at once, its record awaited after the kills.
+          stopping = writer.stop();
           return `every member pod (${victims.join(", ")}) deleted with its data`;
         },
         RESTORE_BOUND_MS,
       );
+      const acknowledged = (await stopping)?.acknowledged ?? [];
       const convergeMs = await waitConverged(q, started, RESTORE_BOUND_MS);
       const missing = await missingWrites(await endpointsOf(q), acknowledged);
       const afterBackup = acknowledged.filter((w) => w.revision > backupRevision);

@@ -362,7 +362,9 @@ export async function replaceWorker(t: Pick<Target, "operator">): Promise<Operat
 
 /**
  * SIGKILLs the (only) worker as soon as it starts each of `points` in turn, starting a fresh worker
- * after each kill; `trigger` makes the cluster need them.
+ * after each kill; `trigger` makes the cluster need them. The first kill does not wait for `trigger`
+ * to return: a trigger that goes on after its fault (waits for a pod to be gone, stops a writer)
+ * must not give the worker time to finish the step.
  */
 export async function killWorkerAt(
   t: Target,
@@ -374,16 +376,18 @@ export async function killWorkerAt(
   const kills: { point: KillPoint; next: OperatorProcess }[] = [];
   let worker = t.operator.workers[0];
   if (!worker || t.operator.workers.length !== 1) throw new Error("killWorkerAt wants exactly one worker");
-  const first = points[0] === undefined ? undefined : pointStarted(worker, points[0], timeoutMs);
-  // Waited on below; a rejection before then (a trigger that throws) must not go unhandled.
-  first?.catch(() => undefined);
-  const what = await trigger();
-  for (const [i, point] of points.entries()) {
-    await (i === 0 ? first : pointStarted(worker, point, timeoutMs));
+  const killAt = async (point: KillPoint, started: Promise<void>) => {
+    await started;
     worker = await replaceWorker(t);
     killed.push(describePoint(point));
     kills.push({ point, next: worker });
-  }
+  };
+  const [first, ...rest] = points;
+  const [what] = await Promise.all([
+    trigger(),
+    first === undefined ? undefined : killAt(first, pointStarted(worker, first, timeoutMs)),
+  ]);
+  for (const point of rest) await killAt(point, pointStarted(worker, point, timeoutMs));
   return {
     kind: `kill-worker-at-${points.map((p) => (typeof p === "string" ? p : p.restorePhase)).join("+")}`,
     detail: `${what}; worker SIGKILLed at ${killed.join(", ")}`,
