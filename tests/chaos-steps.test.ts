@@ -249,7 +249,8 @@ async function killAtMoveLeaderIfAny(target: Target, version: string): Promise<K
   );
   const finished = (async () => {
     while (!stop.signal.aborted) {
-      if ((await runningVersions(target).catch(() => [])).every((v) => v === version)) return false;
+      const versions = await runningVersions(target).catch(() => []);
+      if (versions.length === target.size && versions.every((v) => v === version)) return false;
       await sleep(500);
     }
     return false;

@@ -330,25 +330,23 @@ function describePoint(point: KillPoint): string {
 }
 
 /**
- * Resolves when `worker` logs the start of `point`: reconcile's "step starting" line with that
- * `step`, or restore's "restore phase starting" line with that `phase`.
+ * The start of `point`: reconcile's "step starting" line with that `step`, or restore's "restore
+ * phase starting" line with that `phase`.
  */
+function startOf(point: KillPoint): (entry: LogEntry) => boolean {
+  return typeof point === "string"
+    ? (e) => e.msg === "step starting" && e.step === point
+    : (e) => e.msg === "restore phase starting" && e.phase === point.restorePhase;
+}
+
+/** Resolves when `worker` logs the start of `point` (see startOf). */
 export function pointStarted(
   worker: OperatorProcess,
   point: KillPoint,
   timeoutMs: number,
   signal?: AbortSignal,
 ): Promise<void> {
-  const match =
-    typeof point === "string"
-      ? (e: LogEntry) => e.msg === "step starting" && e.step === point
-      : (e: LogEntry) => e.msg === "restore phase starting" && e.phase === point.restorePhase;
-  return logged(worker, match, `the start of ${describePoint(point)}`, timeoutMs, signal);
-}
-
-/** Resolves when `worker` logs the start of step `step` (reconcile's "step starting" line). */
-export function stepStarted(worker: OperatorProcess, step: string, timeoutMs: number): Promise<void> {
-  return pointStarted(worker, step, timeoutMs);
+  return logged(worker, startOf(point), `the start of ${describePoint(point)}`, timeoutMs, signal);
 }
 
 /** SIGKILLs the only worker and starts a fresh one in its place; returns the fresh one. */
@@ -401,23 +399,20 @@ export async function killWorkerAt(
  * recur (upgrade-member, one per member) a start is not proof it was the same one.
  */
 export function startedAgain(kill: { point: KillPoint; next: OperatorProcess }): boolean {
-  const { point, next } = kill;
-  return readFileSync(next.logFile, "utf8")
+  const match = startOf(kill.point);
+  return readFileSync(kill.next.logFile, "utf8")
     .split("\n")
     .some((line) => {
       if (!line.startsWith("{")) return false;
       try {
-        const e = JSON.parse(line) as LogEntry;
-        return typeof point === "string"
-          ? e.msg === "step starting" && e.step === point
-          : e.msg === "restore phase starting" && e.phase === point.restorePhase;
+        return match(JSON.parse(line) as LogEntry);
       } catch {
         return false;
       }
     });
 }
 
-/** "restart-member: started again by the next worker" or "…: already done when the kill landed", per kill. */
+/** Per kill: "restart-member: started again by the next worker" or "…: done before the kill landed". */
 export function killOutcomes(report: FaultReport): string {
   return (report.kills ?? [])
     .map(
