@@ -37,8 +37,7 @@ export async function enableDowngrade(
     await client.maintenance.downgrade({ action: DowngradeAction.Enable, version });
   } catch (error) {
     // Enabled already (by an earlier try): wait for the leader to lower the cluster version, and
-    // announce nothing again. (etcd's text was matched wrongly before, so each look in those
-    // seconds failed the step, with a StepFailed Event and a retry back-off.)
+    // announce nothing again.
     if (downgradeAlreadyEnabled(error)) return { requeueAfterMs: 1_000 };
     throw new Error(
       `etcd refused to downgrade to ${version}: ${error instanceof Error ? error.message : String(error)}`,
