@@ -7,6 +7,20 @@ import { createEtcdClient } from "../shared/etcd-members.ts";
 import { minorOf } from "../shared/etcd-versions.ts";
 import { memberEndpoints, type StepDeps, type StepInput, type StepOutcome } from "./step.ts";
 
+/**
+ * Whether etcd refused because a downgrade is enabled already ("cluster has a downgrade job in
+ * progress", for Validate and Enable alike). That is the state this step wants: a retry after a
+ * lost answer or a killed worker, or the planner looking again (it does so after 1 s) before the
+ * leader lowered the cluster version (at its next version check, up to ~4 s after the enable).
+ * Only one target is possible: etcd enables one minor below the cluster version, and so do we.
+ */
+export function downgradeAlreadyEnabled(error: unknown): boolean {
+  for (let e: unknown = error; e instanceof Error; e = e.cause) {
+    if (e.message.includes("cluster has a downgrade job in progress")) return true;
+  }
+  return false;
+}
+
 export async function enableDowngrade(
   input: StepInput,
   deps: StepDeps,
@@ -22,15 +36,13 @@ export async function enableDowngrade(
     await client.maintenance.downgrade({ action: DowngradeAction.Validate, version });
     await client.maintenance.downgrade({ action: DowngradeAction.Enable, version });
   } catch (error) {
-    // A retry after a lost answer finds it enabled already: that is the state we want.
-    if (!(error instanceof Error && /already enabled|is already/.test(error.message))) {
-      throw new Error(
-        `etcd refused to downgrade to ${version}: ${error instanceof Error ? error.message : String(error)}`,
-        {
-          cause: error,
-        },
-      );
-    }
+    // Enabled already (by an earlier try): wait for the leader to lower the cluster version, and
+    // announce nothing again.
+    if (downgradeAlreadyEnabled(error)) return { requeueAfterMs: 1_000 };
+    throw new Error(
+      `etcd refused to downgrade to ${version}: ${error instanceof Error ? error.message : String(error)}`,
+      { cause: error },
+    );
   } finally {
     client.close();
   }

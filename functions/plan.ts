@@ -449,7 +449,7 @@ function planUpgrade(o: Observation, voters: MemberInfo[]): Step | undefined {
   const path = upgradePath(lowest, o.spec.version);
   if (!path.ok) return { kind: "version-refused", message: path.message };
   const phase = path.steps[0];
-  if (!phase) return undefined;
+  if (!phase) return clusterVersionPending(o);
   const blocked = IN_PLACE_BLOCKED.find((b) => minorOf(lowest) === b.from && minorOf(phase) === b.to);
   if (blocked) return { kind: "version-refused", message: blocked.message };
   // The member upgraded last must run its new version before the next one goes.
@@ -484,6 +484,27 @@ function planUpgrade(o: Observation, voters: MemberInfo[]): Step | undefined {
   if (minorOf(lowest) === "3.6" && minorOf(phase) === "3.7" && !o.oldLogDrained)
     return { kind: "drain-old-log" };
   return changeNextMember(o, voters, behind, phase);
+}
+
+/**
+ * Every member runs spec.version: the upgrade is over only once etcd raised its cluster version to
+ * that minor (its leader does so a few seconds after the last member upgraded). Until then the
+ * cluster still answers with the old cluster version, and a downgrade asked for in that window
+ * would read "cluster version = target minor" as "downgrade already enabled" and replace members
+ * without etcd's procedure, racing the leader that raises the version meanwhile (a member on the
+ * older release then cannot start: "cluster cannot be downgraded"). An unknown cluster version
+ * (not decided yet) does not hold a cluster up.
+ */
+function clusterVersionPending(o: Observation): Step | undefined {
+  const cluster = o.clusterVersion;
+  if (!cluster || compareVersions(`${minorOf(cluster)}.0`, `${minorOf(o.spec.version)}.0`) >= 0)
+    return undefined;
+  return wait(
+    "ClusterVersionPending",
+    `every member runs etcd ${o.spec.version}; waiting for etcd to raise the cluster version to ${minorOf(o.spec.version)} ` +
+      `(now ${cluster}; a downgrade enabled earlier keeps it there until "etcdctl downgrade cancel")`,
+    1000,
+  );
 }
 
 /**

@@ -566,7 +566,8 @@ export async function reconcile(input: ReconcileInput, deps: StepDeps): Promise<
     degraded.reason === PROGRESS_REASON[step.kind];
   if (outcome.event && !repeated) {
     log.info({ reason: outcome.event.reason }, outcome.event.message);
-    await deps.kube.event(cluster, outcome.event.type, outcome.event.reason, outcome.event.message);
+    if (!outcome.announced)
+      await deps.kube.event(cluster, outcome.event.type, outcome.event.reason, outcome.event.message);
   }
   const status = clusterStatus(observation, step, outcome, now);
   // Skip writes that would only move timestamps: each write is an update event for every watcher.

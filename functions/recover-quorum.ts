@@ -50,18 +50,21 @@ export async function startRecovery(
     appliedIndex,
     startedAtMs: Date.now(),
   };
-  await deps.guard();
-  await deps.kube.annotateCluster(input.cluster, { [RECOVERY_ANNOTATION]: JSON.stringify(mark) });
-  return {
-    requeueAfterMs: 0,
-    event: {
-      type: "Warning",
-      reason: "QuorumRecoveryStarted",
-      message:
-        `quorum lost for good: ${lost} of ${voters} voting members are gone with their data. Rebuilding the cluster ` +
-        `from member ${survivor} (raft applied index ${appliedIndex}); writes it had not applied are lost`,
-    },
+  const event = {
+    type: "Warning" as const,
+    reason: "QuorumRecoveryStarted",
+    message:
+      `quorum lost for good: ${lost} of ${voters} voting members are gone with their data. Rebuilding the cluster ` +
+      `from member ${survivor} (raft applied index ${appliedIndex}); writes it had not applied are lost`,
   };
+  await deps.guard();
+  // The report of what may be lost goes out before the mark is set: a worker killed between the
+  // two would otherwise leave it unsent for good (the next look finds the mark and goes on).
+  await deps.kube.event(input.cluster, event.type, event.reason, event.message, {
+    key: `quorum-recovery.${survivor}.${appliedIndex}`,
+  });
+  await deps.kube.annotateCluster(input.cluster, { [RECOVERY_ANNOTATION]: JSON.stringify(mark) });
+  return { requeueAfterMs: 0, event, announced: true };
 }
 
 export async function createRecoverySeed(
@@ -132,21 +135,23 @@ export async function finishRecovery(
   }
   const seedIp = input.observation.pods.find((p) => p.name === seed)?.ip;
   const revision = seedIp ? await revisionOf(`http://${seedIp}:2379`, deps) : "unknown";
+  const event = {
+    type: "Warning" as const,
+    reason: "QuorumRecovered",
+    message:
+      `the cluster was rebuilt from member ${survivor} at revision ${revision}; writes after that revision, if any were ` +
+      `acknowledged, are lost. Members are added back up to size ${input.spec.size}`,
+  };
   await deps.guard();
+  // Sent before the mark is lifted, as in startRecovery: afterwards nothing would send it again.
+  await deps.kube.event(input.cluster, event.type, event.reason, event.message, {
+    key: `quorum-recovered.${seed}`,
+  });
   await deps.kube.annotateCluster(input.cluster, {
     [RECOVERY_ANNOTATION]: null,
     [OLD_LOG_DRAINED_ANNOTATION]: null,
   });
-  return {
-    requeueAfterMs: 0,
-    event: {
-      type: "Warning",
-      reason: "QuorumRecovered",
-      message:
-        `the cluster was rebuilt from member ${survivor} at revision ${revision}; writes after that revision, if any were ` +
-        `acknowledged, are lost. Members are added back up to size ${input.spec.size}`,
-    },
-  };
+  return { requeueAfterMs: 0, event, announced: true };
 }
 
 export async function abortRecovery(input: StepInput, deps: StepDeps, message: string): Promise<StepOutcome> {

@@ -93,18 +93,21 @@ export async function restoreFromLatestBackup(input: StepInput, deps: StepDeps):
   }
   const backup = latestBackup(await deps.kube.listBackups(namespace), name, namespace);
   if (!backup) return { event: { type: "Warning", reason: "AllMembersLost", message: NO_BACKUP_MESSAGE } };
+  const event = {
+    type: "Warning" as const,
+    reason: "RestoringFromBackup",
+    message:
+      `every member is lost; restoring from the latest backup ${backup.status?.backupPath} (taken ${backup.status?.lastSuccessDate}, ` +
+      `revision ${backup.status?.etcdRevision ?? "unknown"}): writes after it are lost`,
+  };
   await deps.guard();
+  // The report of what is lost goes out before the EtcdRestore exists: a worker killed between the
+  // two would otherwise leave it unsent for good (the next look finds the restore under way).
+  await deps.kube.event(input.cluster, event.type, event.reason, event.message, {
+    key: `restore-from-backup.${backup.status?.backupPath}.${backup.status?.lastSuccessDate}`,
+  });
   // A finished restore of the same name (from an earlier loss, or a person's) would block the new one.
   if (existing) await deps.kube.deleteRestore(namespace, name);
   await deps.kube.createRestore(restoreFor(input, backup));
-  return {
-    requeueAfterMs: 5_000,
-    event: {
-      type: "Warning",
-      reason: "RestoringFromBackup",
-      message:
-        `every member is lost; restoring from the latest backup ${backup.status?.backupPath} (taken ${backup.status?.lastSuccessDate}, ` +
-        `revision ${backup.status?.etcdRevision ?? "unknown"}): writes after it are lost`,
-    },
-  };
+  return { requeueAfterMs: 5_000, event, announced: true };
 }

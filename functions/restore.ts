@@ -192,6 +192,11 @@ export async function restoreStep(restore: EtcdRestore, deps: RestoreDeps): Prom
     return { done: true, status: failed };
   };
   if (status.phase === "Completed" || status.phase === "Failed") return { done: true, status };
+  // Names the phase before it reads or changes anything, like reconcile's "step starting": a worker
+  // killed mid-phase leaves this line as the record of what it was doing (the chaos suite kills
+  // workers on it).
+  const log = deps.log.child({ phase: status.phase ?? "Verifying" });
+  log.debug("restore phase starting");
 
   const cluster = await deps.kube.getCluster(namespace, clusterName);
   if (!cluster)
@@ -216,7 +221,7 @@ export async function restoreStep(restore: EtcdRestore, deps: RestoreDeps): Prom
       const next: EtcdRestoreStatus = { ...verified, phase: "Replacing", startTime, reason: "" };
       await deps.kube.patchRestoreStatus(restore, next);
       const message = `backup ${verified.backupPath} verified (${verified.backupSize} bytes, sha256 ${verified.sha256?.slice(0, 12)}…); replacing the members of ${clusterName}`;
-      deps.log.info({ backup: verified.backupPath }, message);
+      log.info({ backup: verified.backupPath }, message);
       await deps.kube.event(restore, "Normal", "BackupVerified", message);
       await deps.kube.event(
         cluster,
@@ -347,7 +352,7 @@ export async function restoreStep(restore: EtcdRestore, deps: RestoreDeps): Prom
   await deps.kube.patchRestoreStatus(restore, completed);
   const seconds = ((now().getTime() - started) / 1000).toFixed(1);
   const message = `cluster ${clusterName} restored from ${status.backupPath} at revision ${revision} in ${seconds} s with ${initialCluster.length} member(s)${initialCluster.length < spec.size ? `; members are added up to size ${spec.size}` : ""}`;
-  deps.log.info({ revision }, message);
+  log.info({ revision }, message);
   await deps.kube.event(restore, "Normal", "RestoreSucceeded", message);
   await deps.kube.event(cluster, "Normal", "RestoreSucceeded", message);
   return { done: true, status: completed };

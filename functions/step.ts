@@ -44,6 +44,12 @@ export interface StepOutcome {
   /** Look again after this many ms (0: at once, chaining the next step); undefined: nothing pending. */
   requeueAfterMs?: number;
   event?: StepEvent;
+  /**
+   * The step sent `event` itself, before its change (keyed, so a retry counts it again): a worker
+   * killed between the change and an Event sent after it would lose the Event for good, since the
+   * next look finds the change made. Reconcile then only logs it and puts it in the status.
+   */
+  announced?: boolean;
 }
 
 /**

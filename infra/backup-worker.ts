@@ -64,7 +64,8 @@ export function createBackupProcessor(deps: BackupWorkerDeps) {
       const restore = await deps.kube.getRestore(namespace, name);
       if (!restore || !inScope(restore, deps.config)) return { skipped: "gone or out of scope" };
       const cluster = `${namespace}/${restore.spec.etcdCluster.name}`;
-      const log = deps.log.child({ restore: key, cluster, job: job.id, phase: restore.status?.phase });
+      // restoreStep adds the phase it runs (and logs "restore phase starting").
+      const log = deps.log.child({ restore: key, cluster, job: job.id });
       // Verifying reads the backup only (minutes for a big one): the cluster's reconcile goes on meanwhile.
       const phase = restore.status?.phase;
       const changesCluster = phase === "Replacing" || phase === "Seeding";

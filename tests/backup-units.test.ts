@@ -18,10 +18,13 @@ import {
   backsUpCluster,
   latestBackup,
   restoreFor,
+  restoreFromLatestBackup,
 } from "../functions/restore-from-backup.ts";
 import type { EtcdBackup } from "../shared/api/etcd-backup.ts";
 import type { EtcdCluster, NormalizedSpec } from "../shared/api/etcd-cluster.ts";
 import { SnapshotDigest } from "../shared/etcd-snapshot.ts";
+import type { Kube } from "../shared/kube.ts";
+import { silentLogger } from "../shared/log.ts";
 import { ossCredentialsFromSecret, s3CredentialsFromSecret } from "../shared/object-store/credentials.ts";
 import { MIN_PART_SIZE, uploadStream } from "../shared/object-store/s3-multipart.ts";
 import { ObjectStoreError, splitBucketPath } from "../shared/object-store/types.ts";
@@ -331,4 +334,47 @@ t.test("all members lost: the newest successful backup of this cluster is found 
   t.equal(restore.spec.s3?.endpoint, "http://s3:9000", "through the backup's store and credentials");
   t.equal(restore.metadata.ownerReferences?.[0]?.uid, "u1", "owned by the cluster");
   t.equal(restore.metadata.annotations?.[AUTO_RESTORE_ANNOTATION], "all-members-lost");
+});
+
+t.test("all members lost: the loss is reported before the EtcdRestore is created", async (t) => {
+  // A worker SIGKILLed right after creating the restore would otherwise leave the report unsent:
+  // the next look finds the restore under way and says nothing (found by the chaos-steps suite).
+  const calls: string[] = [];
+  const kube = {
+    async getRestore() {
+      return undefined;
+    },
+    async listBackups() {
+      return [
+        {
+          metadata: { name: "b", namespace: "ns" },
+          spec: {
+            etcdEndpoints: ["http://c-client:2379"],
+            storageType: "S3",
+            s3: { path: "bucket/b", awsSecret: "a" },
+          },
+          status: {
+            succeeded: true,
+            lastSuccessDate: "2026-11-29T12:00:00Z",
+            backupPath: "s3://bucket/b",
+            etcdRevision: 7,
+          },
+        },
+      ];
+    },
+    async event(_o: unknown, _type: string, reason: string, _message: string, options?: { key?: string }) {
+      calls.push(`event ${reason}${options?.key ? " (keyed)" : ""}`);
+    },
+    async createRestore(restore: { metadata: { name: string } }) {
+      calls.push(`create restore ${restore.metadata.name}`);
+    },
+  } as unknown as Kube;
+  const cluster = { metadata: { name: "c", namespace: "ns", uid: "u1" } } as EtcdCluster;
+  const outcome = await restoreFromLatestBackup(
+    { cluster, spec: {} as NormalizedSpec, observation: {} as Observation },
+    { kube, log: silentLogger(), etcd: {}, guard: async () => {}, operatorImage: "x" },
+  );
+  t.same(calls, ["event RestoringFromBackup (keyed)", "create restore c"]);
+  t.equal(outcome.announced, true, "reconcile does not send it again");
+  t.match(outcome.event?.message, /revision 7\): writes after it are lost/);
 });

@@ -1,7 +1,8 @@
 // The install paths against the real local control plane (kube-apiserver with RBAC, controller
 // manager, process kubelet, Redis): the CRDs install with kubectl and `kubectl explain` describes
-// every field; every manifest, both kustomize overlays (with and without the KEDA and metrics
+// every field; every manifest, both kustomize overlays (with and without the KEDA, metrics and chaos
 // components) and the Helm chart (linted, rendered for several values) pass a server-side dry run;
+// chaos mode is set on the scheduler alone, and only with the chaos component or values;
 // the RBAC of each overlay, applied for real, is enough for the operator to run a cluster as that
 // ServiceAccount and no more than intended; KEDA's list key is the one BullMQ fills. The Dockerfile
 // and docker-compose.yml are checked by parsing (no Docker here).
@@ -34,6 +35,7 @@ import { ensureHelm } from "../infra/local/helm.ts";
 import { waitFor } from "../infra/local/kube-wait.ts";
 import { OPERATOR_NODE_FLAGS } from "../infra/operator.ts";
 import { type EtcdCluster, SCOPE_ANNOTATION, SCOPE_CLUSTERWIDE } from "../shared/api/etcd-cluster.ts";
+import { loadConfig } from "../shared/config.ts";
 import { Kube } from "../shared/kube.ts";
 import { RECONCILE_QUEUE, requestReconcile } from "../shared/queue.ts";
 import { OPERATOR_IMAGE_NODE } from "../shared/restore-pods.ts";
@@ -375,11 +377,48 @@ function envOf(container: V1Container, name: string): string | undefined {
   return container.env?.find((e) => e.name === name)?.value;
 }
 
+/** Chaos mode's settings as a rendering sets them (environment values). */
+interface ChaosEnv {
+  level: string;
+  intervalMs: string;
+}
+
+/**
+ * Chaos mode runs in the scheduler role: with `chaos`, the scheduler container (and no other) sets
+ * CHAOS_LEVEL and CHAOS_INTERVAL_MS to those values, which the operator's own configuration reads
+ * as that level and interval; without, no container sets either (off: the default level 0).
+ */
+function checkChaos(t: Test, operator: { deployment: string; container: V1Container }[], chaos?: ChaosEnv) {
+  for (const { deployment, container } of operator) {
+    const where = `${deployment}/${container.name}`;
+    const set = (container.env ?? []).filter((e) => e.name.startsWith("CHAOS_")).map((e) => e.name);
+    if (!chaos || roleArg(container.args) !== "scheduler") {
+      t.same(set, [], `${where}: no chaos setting`);
+      continue;
+    }
+    t.equal(envOf(container, "CHAOS_LEVEL"), chaos.level, `${where}: CHAOS_LEVEL=${chaos.level}`);
+    t.equal(
+      envOf(container, "CHAOS_INTERVAL_MS"),
+      chaos.intervalMs,
+      `${where}: CHAOS_INTERVAL_MS=${chaos.intervalMs}`,
+    );
+    const config = loadConfig({
+      CHAOS_LEVEL: envOf(container, "CHAOS_LEVEL"),
+      CHAOS_INTERVAL_MS: envOf(container, "CHAOS_INTERVAL_MS"),
+    });
+    t.same(
+      [config.chaosLevel, config.chaosIntervalMs],
+      [Number(chaos.level), Number(chaos.intervalMs)],
+      `${where}: the operator reads them as chaos level ${chaos.level} every ${chaos.intervalMs} ms`,
+    );
+  }
+}
+
 /** Checks every rendering (overlay or chart) shares: security, resources, probes, wiring, scope. */
 async function checkRendering(
   t: Test,
   rendered: Rendered,
-  options: { keda?: boolean; redisUrl?: string } = {},
+  options: { keda?: boolean; redisUrl?: string; chaos?: ChaosEnv } = {},
 ) {
   const { objects, clusterWide } = rendered;
   const deployments = ofKind<V1Deployment>(objects, "Deployment");
@@ -432,6 +471,7 @@ async function checkRendering(
     t.equal(probe?.path, "/livez", `${where}: liveness on /livez`);
     t.equal(container.readinessProbe?.httpGet?.path, "/readyz", `${where}: readiness on /readyz`);
   }
+  checkChaos(t, operator, options.chaos);
   // RBAC: the scope decides Role or ClusterRole, with the same rules either way.
   const roles = ofKind<V1Role>(objects, "Role");
   const clusterRoles = ofKind<V1ClusterRole>(objects, "ClusterRole");
@@ -557,18 +597,19 @@ for (const overlay of overlays) {
 }
 
 await t.test(
-  "overlays with the KEDA and metrics components render and pass a server-side dry run",
+  "overlays with the KEDA, metrics and chaos components render and pass a server-side dry run",
   async (t) => {
     for (const overlay of ["namespaced", "cluster-wide"]) {
       const yaml = kustomizeWith(`manifests/overlays/${overlay}`, [
         "manifests/components/keda",
         "manifests/components/metrics",
+        "manifests/components/chaos",
       ]);
       const objects = yamlObjects(yaml);
       await checkRendering(
         t,
         { name: overlay, yaml, objects, clusterWide: overlay === "cluster-wide" },
-        { keda: true },
+        { keda: true, chaos: { level: "1", intervalMs: "30000" } },
       );
       t.equal(ofKind(objects, "ServiceMonitor").length, 1, "a ServiceMonitor");
       const lines = dryRun(yaml);
@@ -601,7 +642,7 @@ await t.test("helm lint passes for the default, cluster-wide and everything-on v
     ["--set", "scope=cluster-wide"],
     [
       "--set",
-      "keda.enabled=true,metrics.serviceMonitor.enabled=true,redis.bundled=false,redis.url=rediss://redis.example:6380",
+      "keda.enabled=true,metrics.serviceMonitor.enabled=true,redis.bundled=false,redis.url=rediss://redis.example:6380,chaos.level=10",
     ],
   ]) {
     const result = run(helm, ["lint", "--strict", "charts/etcd-operator", ...values]);
@@ -616,10 +657,32 @@ await t.test("the chart refuses bad values with a clear message", async (t) => {
   const badScope = run(helm, ["template", "eop", "charts/etcd-operator", "--set", "scope=everywhere"]);
   t.not(badScope.status, 0);
   t.match(badScope.stderr, /scope/);
+  for (const [value, message] of [
+    ["chaos.level=11", /chaos\/level.*maximum/],
+    ["chaos.level=-1", /chaos\/level.*minimum/],
+    ["chaos.intervalMs=10", /chaos\/intervalMs.*minimum/],
+  ] as const) {
+    const bad = run(helm, ["template", "eop", "charts/etcd-operator", "--set", value]);
+    t.not(bad.status, 0, `${value} refused`);
+    t.match(bad.stderr, message, `${value}: says which value and why`);
+  }
 });
 
-const charts: { name: string; args: string[]; clusterWide: boolean; keda?: boolean; redisUrl?: string }[] = [
+const charts: {
+  name: string;
+  args: string[];
+  clusterWide: boolean;
+  keda?: boolean;
+  redisUrl?: string;
+  chaos?: ChaosEnv;
+}[] = [
   { name: "default values", args: [], clusterWide: false },
+  {
+    name: "chaos mode on",
+    args: ["--set", "chaos.level=3,chaos.intervalMs=60000"],
+    clusterWide: false,
+    chaos: { level: "3", intervalMs: "60000" },
+  },
   { name: "scope=cluster-wide", args: ["--set", "scope=cluster-wide"], clusterWide: true },
   {
     name: "external Redis, KEDA, ServiceMonitor, replicas, resources",
@@ -976,6 +1039,32 @@ await t.test(
         `${name}: REDIS_URL is the redis service`,
       );
       t.ok(service.depends_on && "redis" in service.depends_on, `${name}: starts after Redis`);
+      // Chaos mode runs in the scheduler role: only there, and off unless CHAOS_LEVEL is given.
+      const chaos = Object.keys(service.environment ?? {}).filter((k) => k.startsWith("CHAOS_"));
+      if (name === "scheduler") {
+        // Compose's own substitution syntax: the variable from the environment, else the default.
+        t.match(
+          service.environment?.CHAOS_LEVEL,
+          /^\$\{CHAOS_LEVEL:-0\}$/,
+          `${name}: CHAOS_LEVEL, 0 (off) by default`,
+        );
+        t.match(
+          service.environment?.CHAOS_INTERVAL_MS,
+          /^\$\{CHAOS_INTERVAL_MS:-30000\}$/,
+          `${name}: CHAOS_INTERVAL_MS, 30000 by default`,
+        );
+        t.same(
+          service.environment && {
+            ...service.environment,
+            CHAOS_LEVEL: undefined,
+            CHAOS_INTERVAL_MS: undefined,
+          },
+          { ...services.worker?.environment, CHAOS_LEVEL: undefined, CHAOS_INTERVAL_MS: undefined },
+          `${name}: otherwise the same environment as the other roles`,
+        );
+      } else {
+        t.same(chaos, [], `${name}: no chaos setting`);
+      }
       t.equal(service.read_only, true, `${name}: read-only root filesystem`);
       t.match(service.user, /^[1-9]\d*:\d+$/, `${name}: a non-root user`);
     }

@@ -274,6 +274,20 @@ t.test(
       { kind: "upgrade-member", name: "b", memberId: "2", from: "3.6.16", to: "3.7.3" },
       "then 3.6 → 3.7 member by member",
     );
+    // Found by the chaos-steps suite: a downgrade asked for right after an upgrade reported Stable
+    // saw the cluster version still at the old minor and skipped etcd's downgrade enable.
+    const all37 = { a: "3.7.3", b: "3.7.3", c: "3.7.3" };
+    t.match(
+      planNextStep(o(all37, all37, "3.6.0")),
+      { kind: "wait", reason: "ClusterVersionPending" },
+      "every member on 3.7: not done until etcd raised its cluster version",
+    );
+    t.same(planNextStep(o(all37, all37, "3.7.0")), { kind: "steady" }, "then steady");
+    t.same(
+      planNextStep(o(all37, all37, "")),
+      { kind: "steady" },
+      "an undecided cluster version holds nothing up",
+    );
     const unhealthy = observation({
       size: 3,
       pods: at(old),

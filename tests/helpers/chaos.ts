@@ -4,7 +4,7 @@
 // a member's data dir deleted, a member cut off from its peers. Each fault returns once it has
 // taken effect; `waitConverged` then measures how long the cluster takes to be whole again.
 import { execFile } from "node:child_process";
-import { closeSync, openSync, readSync, rmSync, statSync, watch } from "node:fs";
+import { closeSync, openSync, readFileSync, readSync, rmSync, statSync, watch } from "node:fs";
 import { join } from "node:path";
 import { setTimeout as sleep } from "node:timers/promises";
 import { promisify } from "node:util";
@@ -45,13 +45,16 @@ export async function startChaosCluster(
   const { kc, core } = clientsFor(local.kubeconfigPath);
   const c: ClusterClients = { kube: new Kube(kc), core, custom: kc.makeApiClient(CustomObjectsApi) };
   await installCrds(kc);
-  const operator = startOperatorRoles(local, {
-    MEMBER_UNHEALTHY_GRACE_MS: "20000",
-    LEASE_TTL_MS: "5000",
-    LOG_LEVEL: "debug",
-  });
+  const operator = startOperatorRoles(local, CHAOS_OPERATOR_ENV);
   return { local, c, operator };
 }
+
+/** The operator settings of the chaos suite (see startChaosCluster). */
+export const CHAOS_OPERATOR_ENV: Readonly<Record<string, string>> = {
+  MEMBER_UNHEALTHY_GRACE_MS: "20000",
+  LEASE_TTL_MS: "5000",
+  LOG_LEVEL: "debug",
+};
 
 export function startOperatorRoles(local: LocalCluster, env: Record<string, string>): OperatorRoles {
   const roles: OperatorRoles = {
@@ -86,6 +89,8 @@ export interface FaultReport {
   kind: string;
   /** What exactly was done (which member, which step), for the log and a replay. */
   detail: string;
+  /** Workers killed at a step (killWorkerAt): where, and the fresh worker started in its place. */
+  kills?: { point: KillPoint; next: OperatorProcess }[];
 }
 
 export async function livePods(t: Pick<Target, "c" | "namespace" | "name">): Promise<V1Pod[]> {
@@ -105,14 +110,18 @@ export async function endpointsOf(t: Pick<Target, "c" | "namespace" | "name">): 
 }
 
 /**
- * What "converged" means after a fault, all at once: the operator's status says Available, not
- * Progressing, `size` voting members all ready, and names exactly the live pods (so it has seen the
- * world after the fault); every pod is Ready; and every member answers with the same leader.
+ * What "converged" means after a fault, all at once: the operator's status, written for the
+ * cluster's current spec (its generation), says Available, not Progressing, `size` voting members
+ * all ready, and names exactly the live pods (so it has seen the world after the fault); every pod
+ * is Ready; and every member answers with the same leader.
  */
 export async function convergedNow(t: Pick<Target, "c" | "namespace" | "name" | "size">): Promise<string> {
   const cluster = await getCluster(t.c, t.namespace, t.name);
   const status = cluster.status;
   const condition = (type: string) => status?.conditions?.find((x) => x.type === type);
+  // A spec change (an upgrade, a resize) is only done once a status was written for it.
+  if (status?.observedGeneration !== cluster.metadata?.generation)
+    return `status is of generation ${status?.observedGeneration}, the spec of ${cluster.metadata?.generation}`;
   if (condition("Available")?.status !== "True") return `not Available: ${condition("Available")?.message}`;
   if (condition("Progressing")?.status !== "False")
     return `Progressing: ${condition("Progressing")?.message}`;
@@ -133,17 +142,22 @@ export async function convergedNow(t: Pick<Target, "c" | "namespace" | "name" | 
   return "";
 }
 
-/** Waits until `convergedNow` holds; returns the ms since `sinceMs`. Throws after `boundMs`. */
+/**
+ * Waits until `convergedNow` holds, and `also` (what a case needs besides: "" when it holds, else
+ * what is missing); returns the ms since `sinceMs`. Throws after `boundMs`.
+ */
 export async function waitConverged(
   t: Pick<Target, "c" | "namespace" | "name" | "size">,
   sinceMs: number,
   boundMs: number,
+  also?: () => Promise<string>,
 ): Promise<number> {
   let last = "";
   await waitFor(
     `${t.namespace}/${t.name} to converge back to ${t.size} healthy members`,
     async () => {
       last = await convergedNow(t).catch((error: unknown) => String(error));
+      if (last === "" && also) last = await also().catch((error: unknown) => String(error));
       return last === "" ? true : undefined;
     },
     {
@@ -238,13 +252,28 @@ export async function partitionMember(t: Target, ms: number): Promise<FaultRepor
   return { kind: "partition-member", detail: `${name} cut off from ${peers.join(", ")} for ${ms} ms` };
 }
 
+/** A pino line of an operator process, as far as the chaos suite reads it. */
+export interface LogEntry {
+  msg?: string;
+  step?: string;
+  phase?: string;
+  [field: string]: unknown;
+}
+
 /**
- * Resolves when `process` logs the start of step `step` (reconcile's "step starting" line), reading
- * its log file as it grows.
+ * Resolves when `worker` logs a line that `match` accepts, reading its log file as it grows. Only
+ * lines written after the call count: a worker that ran the same step earlier must not be taken for
+ * one that starts it now.
  */
-export function stepStarted(worker: OperatorProcess, step: string, timeoutMs: number): Promise<void> {
+export function logged(
+  worker: OperatorProcess,
+  match: (entry: LogEntry) => boolean,
+  what: string,
+  timeoutMs: number,
+  signal?: AbortSignal,
+): Promise<void> {
   return new Promise((resolve, reject) => {
-    let offset = 0;
+    let offset = statSync(worker.logFile).size;
     let pending = "";
     let done = false;
     const check = () => {
@@ -264,58 +293,145 @@ export function stepStarted(worker: OperatorProcess, step: string, timeoutMs: nu
       const lines = pending.split("\n");
       pending = lines.pop() ?? "";
       for (const line of lines) {
-        if (!line.includes('"step starting"')) continue;
+        if (!line.startsWith("{")) continue;
         try {
-          const entry = JSON.parse(line) as { step?: string };
-          if (entry.step === step) return finish();
+          if (match(JSON.parse(line) as LogEntry)) return finish();
         } catch {
-          // A line that is not JSON (a stack trace) cannot name a step.
+          // A line that is not JSON (a stack trace, or the tail of a line cut at the start offset).
         }
       }
     };
     const watcher = watch(worker.logFile, check);
     const poll = setInterval(check, 200);
     const timer = setTimeout(() => {
-      finish(new Error(`worker ${worker.logFile} did not start step ${step} within ${timeoutMs} ms`));
+      finish(new Error(`worker ${worker.logFile} did not log ${what} within ${timeoutMs} ms`));
     }, timeoutMs);
+    const aborted = () => finish(new Error(`stopped waiting for ${what}`));
+    signal?.addEventListener("abort", aborted);
     function finish(error?: Error) {
       done = true;
       watcher.close();
       clearInterval(poll);
       clearTimeout(timer);
+      signal?.removeEventListener("abort", aborted);
       if (error) reject(error);
       else resolve();
     }
-    check();
+    if (signal?.aborted) aborted();
+    else check();
   });
+}
+
+/** Where the chaos suite kills a worker: the start of a reconcile step, or of an EtcdRestore phase. */
+export type KillPoint = string | { restorePhase: string };
+
+function describePoint(point: KillPoint): string {
+  return typeof point === "string" ? point : `restore phase ${point.restorePhase}`;
+}
+
+/**
+ * The start of `point`: reconcile's "step starting" line with that `step`, or restore's "restore
+ * phase starting" line with that `phase`.
+ */
+function startOf(point: KillPoint): (entry: LogEntry) => boolean {
+  return typeof point === "string"
+    ? (e) => e.msg === "step starting" && e.step === point
+    : (e) => e.msg === "restore phase starting" && e.phase === point.restorePhase;
+}
+
+/** Resolves when `worker` logs the start of `point` (see startOf). */
+export function pointStarted(
+  worker: OperatorProcess,
+  point: KillPoint,
+  timeoutMs: number,
+  signal?: AbortSignal,
+): Promise<void> {
+  return logged(worker, startOf(point), `the start of ${describePoint(point)}`, timeoutMs, signal);
+}
+
+/** SIGKILLs the only worker and starts a fresh one in its place; returns the fresh one. */
+export async function replaceWorker(t: Pick<Target, "operator">): Promise<OperatorProcess> {
+  const worker = t.operator.workers[0];
+  if (!worker || t.operator.workers.length !== 1) throw new Error("replaceWorker wants exactly one worker");
+  await worker.kill("SIGKILL");
+  t.operator.workers.splice(0, 1);
+  return t.operator.start("worker");
+}
+
+/**
+ * SIGKILLs the (only) worker as soon as it starts each of `points` in turn, starting a fresh worker
+ * after each kill; `trigger` makes the cluster need them. The first kill does not wait for `trigger`
+ * to return: a trigger that goes on after its fault (waits for a pod to be gone, stops a writer)
+ * must not give the worker time to finish the step.
+ */
+export async function killWorkerAt(
+  t: Target,
+  points: readonly KillPoint[],
+  trigger: () => Promise<string>,
+  timeoutMs = 120_000,
+): Promise<FaultReport> {
+  const killed: string[] = [];
+  const kills: { point: KillPoint; next: OperatorProcess }[] = [];
+  let worker = t.operator.workers[0];
+  if (!worker || t.operator.workers.length !== 1) throw new Error("killWorkerAt wants exactly one worker");
+  const killAt = async (point: KillPoint, started: Promise<void>) => {
+    await started;
+    worker = await replaceWorker(t);
+    killed.push(describePoint(point));
+    kills.push({ point, next: worker });
+  };
+  const [first, ...rest] = points;
+  const [what] = await Promise.all([
+    trigger(),
+    first === undefined ? undefined : killAt(first, pointStarted(worker, first, timeoutMs)),
+  ]);
+  for (const point of rest) await killAt(point, pointStarted(worker, point, timeoutMs));
+  return {
+    kind: `kill-worker-at-${points.map((p) => (typeof p === "string" ? p : p.restorePhase)).join("+")}`,
+    detail: `${what}; worker SIGKILLed at ${killed.join(", ")}`,
+    kills,
+  };
+}
+
+/**
+ * After a kill at `point`: whether the fresh worker started that step (or restore phase) again,
+ * i.e. the killed one had not finished it (else the next look found its work done). For steps that
+ * recur (upgrade-member, one per member) a start is not proof it was the same one.
+ */
+export function startedAgain(kill: { point: KillPoint; next: OperatorProcess }): boolean {
+  const match = startOf(kill.point);
+  return readFileSync(kill.next.logFile, "utf8")
+    .split("\n")
+    .some((line) => {
+      if (!line.startsWith("{")) return false;
+      try {
+        return match(JSON.parse(line) as LogEntry);
+      } catch {
+        return false;
+      }
+    });
+}
+
+/** Per kill: "restart-member: started again by the next worker" or "…: done before the kill landed". */
+export function killOutcomes(report: FaultReport): string {
+  return (report.kills ?? [])
+    .map(
+      (k) =>
+        `${describePoint(k.point)}: ${startedAgain(k) ? "started again by the next worker" : "done before the kill landed"}`,
+    )
+    .join("; ");
 }
 
 /**
  * SIGKILLs the (only) worker as soon as it starts each of `steps` in turn, starting a fresh worker
  * after each kill; `trigger` makes the cluster need those steps.
  */
-export async function killWorkerAtSteps(
+export function killWorkerAtSteps(
   t: Target,
   steps: readonly string[],
   trigger: () => Promise<string>,
 ): Promise<FaultReport> {
-  const killed: string[] = [];
-  let worker = t.operator.workers[0];
-  if (!worker || t.operator.workers.length !== 1)
-    throw new Error("killWorkerAtSteps wants exactly one worker");
-  const first = stepStarted(worker, steps[0] ?? "", 120_000);
-  const what = await trigger();
-  for (const [i, step] of steps.entries()) {
-    await (i === 0 ? first : stepStarted(worker, step, 120_000));
-    await worker.kill("SIGKILL");
-    killed.push(step);
-    t.operator.workers.splice(0, 1);
-    worker = t.operator.start("worker");
-  }
-  return {
-    kind: `kill-worker-at-${steps.join("+")}`,
-    detail: `${what}; worker SIGKILLed at ${killed.join(", ")}`,
-  };
+  return killWorkerAt(t, steps, trigger);
 }
 
 /** SIGKILLs the watcher and starts another, while a member pod is deleted. */
@@ -415,6 +531,8 @@ export const OTHER_FAULTS: Record<string, Fault> = {
 export interface RoundResult {
   kind: string;
   detail: string;
+  /** For kills at steps: whether each killed step was started again after (see killOutcomes). */
+  outcomes?: string;
   convergeMs: number;
   /** Acknowledged writes read back after this round. */
   writesChecked: number;
@@ -424,18 +542,19 @@ export interface RoundResult {
 }
 
 /**
- * One fault: inject it, wait for convergence within `boundMs` (throws otherwise), then read back
- * every write acknowledged so far.
+ * One fault: inject it, wait for convergence (and `also`, see waitConverged) within `boundMs`
+ * (throws otherwise), then read back every write acknowledged so far.
  */
 export async function runRound(
   t: Target,
   writer: Writer,
   fault: Fault,
   boundMs: number,
+  also?: () => Promise<string>,
 ): Promise<RoundResult> {
   const started = Date.now();
   const report = await fault(t);
-  const convergeMs = await waitConverged(t, started, boundMs);
+  const convergeMs = await waitConverged(t, started, boundMs, also);
   await report.done?.();
   const acknowledged = writer.acknowledged();
   const ended = started + convergeMs;
@@ -451,6 +570,7 @@ export async function runRound(
   return {
     kind: report.kind,
     detail: report.detail,
+    outcomes: report.kills ? killOutcomes(report) : undefined,
     convergeMs,
     writesChecked: acknowledged.length,
     longestWriteGapMs,
