@@ -23,7 +23,7 @@ import { missingWrites, startWriter } from "./helpers/writer.ts";
 
 const NS = "default";
 const V36 = newestPatchOf("3.6") ?? "";
-/** From the loss to a whole cluster again: the restore verifies and seeds, then members are added. */
+/** From the loss to a whole cluster again: the restore verifies the backup, then every member restores from it. */
 const BOUND_MS = 240_000;
 
 const local = await startLocalCluster({ name: "e2e-chaosquorum", objectStore: true });

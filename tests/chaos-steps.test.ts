@@ -77,7 +77,7 @@ const UPGRADE_BOUND_MS = 240_000;
 const QUORUM_BOUND_MS = 240_000;
 /**
  * The restore: four kills, three of them of a restore job (its job lock is 30 s, checked every 15 s),
- * the backup read and checked twice, the seed restored, two members added.
+ * the backup read and checked twice, every member restored from it at once.
  */
 const RESTORE_BOUND_MS = 360_000;
 
