@@ -26,13 +26,11 @@ export interface UploadShape {
   buffers: number;
 }
 
-export const DEFAULT_UPLOAD_SHAPE: UploadShape = { partSize: MIN_PART_SIZE, buffers: 2 };
-
 export async function uploadStream(
   client: S3Client,
   target: { bucket: string; key: string; contentType?: string },
   body: Readable,
-  shape: UploadShape = DEFAULT_UPLOAD_SHAPE,
+  shape: UploadShape,
 ): Promise<{ parts: number; bytes: number }> {
   const { bucket: Bucket, key: Key } = target;
   const { partSize } = shape;
