@@ -125,6 +125,32 @@ async function apiRequestCounts(): Promise<Map<string, number>> {
   return counts;
 }
 
+/** Mean duration (ms) and count of the workers' reconciles by result and by step, from their /metrics. */
+async function stepTimes(ports: number[]): Promise<Record<string, { count: number; meanMs: number }>> {
+  const sums = new Map<string, { count: number; seconds: number }>();
+  for (const port of ports) {
+    const text = await (await fetch(`http://127.0.0.1:${port}/metrics`)).text();
+    for (const line of text.split("\n")) {
+      const match = /^etcd_operator_(step|reconcile)_duration_seconds_(sum|count)\{([^}]*)\} (\S+)$/.exec(
+        line,
+      );
+      if (!match) continue;
+      const label = match[1] === "step" ? "step" : "result";
+      const step = `${label} ${new RegExp(`${label}="([^"]*)"`).exec(match[3] ?? "")?.[1] ?? ""}`;
+      const entry = sums.get(step) ?? { count: 0, seconds: 0 };
+      if (match[2] === "sum") entry.seconds += Number(match[4]);
+      else entry.count += Number(match[4]);
+      sums.set(step, entry);
+    }
+  }
+  return Object.fromEntries(
+    [...sums].map(([step, { count, seconds }]) => [
+      step,
+      { count, meanMs: Number(((seconds * 1000) / Math.max(1, count)).toFixed(1)) },
+    ]),
+  );
+}
+
 function percentile(sorted: number[], p: number): number {
   if (sorted.length === 0) return Number.NaN;
   return sorted[Math.min(sorted.length - 1, Math.floor((p / 100) * sorted.length))] ?? Number.NaN;
@@ -164,7 +190,15 @@ try {
   };
   const watcher = startOperatorProcess(cluster, "watcher", quiet);
   processes.push(watcher);
-  const workers = Array.from({ length: WORKERS }, () => startOperatorProcess(cluster, "worker", quiet));
+  // Each worker serves its own /metrics, where the step durations are read from.
+  const metricsPorts = Array.from({ length: WORKERS }, (_, i) => 19_400 + i);
+  const workers = metricsPorts.map((port) =>
+    startOperatorProcess(cluster, "worker", {
+      ...quiet,
+      METRICS_PORT: String(port),
+      METRICS_REQUIRE_AUTH: "false",
+    }),
+  );
   processes.push(...workers);
   progress(`waiting for the ${LIVE} live clusters to serve`);
   await waitFor(
@@ -186,10 +220,12 @@ try {
   });
   const requestedAt = new Map<string, number>();
   let waits: number[] = [];
+  const slow: [string, number][] = [];
   events.on("active", ({ jobId }) => {
     const at = requestedAt.get(jobId);
     if (at !== undefined) {
       waits.push(performance.now() - at);
+      slow.push([jobId, performance.now() - at]);
       requestedAt.delete(jobId);
     }
   });
@@ -200,6 +236,7 @@ try {
     p99: [] as number[],
     cpu: [] as Record<string, number>[],
     requests: [] as Record<string, number>[],
+    slowest: [] as { job: string; ms: number }[],
   };
   for (let run = 0; run < RUNS; run++) {
     // Throughput: every cluster asked `rounds` times, as fast as the workers take them.
@@ -249,6 +286,11 @@ try {
     const sorted = [...waits].sort((a, b) => a - b);
     perRun.p50.push(percentile(sorted, 50));
     perRun.p99.push(percentile(sorted, 99));
+    perRun.slowest = slow
+      .sort((a, b) => b[1] - a[1])
+      .slice(0, 5)
+      .map(([job, ms]) => ({ job, ms: Number(ms.toFixed(1)) }));
+    slow.length = 0;
   }
   const cpuMsPerReconcile = Object.fromEntries(
     [...processesByName.keys()].map((name) => [
@@ -265,7 +307,7 @@ try {
       clusters: CLUSTERS,
       live: LIVE,
       workers: WORKERS,
-      workerConcurrency: Number(process.env.WORKER_CONCURRENCY ?? 8),
+      workerConcurrency: Number(process.env.WORKER_CONCURRENCY ?? 32),
       runs: RUNS,
       reconcilesPerSecondPerWorker: summary(perRun.perWorker, 1),
       goalPerWorker: 300,
@@ -273,6 +315,7 @@ try {
         load: "half the measured rate",
         p50: summary(perRun.p50, 1),
         p99: summary(perRun.p99, 1),
+        slowestInLastRun: perRun.slowest,
       },
       goalP99Ms: 20,
       rssMiB: { watcher: rssMiB(watcher.child.pid), workers: workers.map((w) => rssMiB(w.child.pid)) },
@@ -286,6 +329,7 @@ try {
         ),
       },
       apiRequestsPerReconcile: perRun.requests.at(-1),
+      stepsRun: await stepTimes(metricsPorts),
       loadavg: load(),
     }),
   );

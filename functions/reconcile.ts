@@ -64,6 +64,11 @@ import { moveLeader, upgradeMember } from "./upgrade-member.ts";
 export interface ReconcileInput {
   namespace: string;
   name: string;
+  /**
+   * Read the EtcdCluster at this resourceVersion or newer (the API server's watch cache) instead of
+   * a quorum read: the operator's read floor for it (shared/read-floor.ts).
+   */
+  notOlderThan?: string;
 }
 
 export type ReconcileResult =
@@ -120,11 +125,11 @@ export async function observe(
 ): Promise<Observation> {
   const namespace = cluster.metadata?.namespace ?? "default";
   const name = cluster.metadata?.name ?? "";
-  const [pods, peer, client, budget, claims] = await Promise.all([
+  const [pods, peer, client, minAvailable, claims] = await Promise.all([
     deps.kube.listMemberPods(namespace, name),
-    deps.kube.getService(namespace, name),
-    deps.kube.getService(namespace, clientServiceName(name)),
-    deps.kube.getPodDisruptionBudget(namespace, name),
+    deps.kube.serviceExists(namespace, name),
+    deps.kube.serviceExists(namespace, clientServiceName(name)),
+    deps.kube.budgetMinAvailable(namespace, name),
     // Listed before the member list is read: a claim is made after its member is added to etcd,
     // so every claim seen here belongs to a member that list will show (or to one that is gone).
     spec.pod.persistentVolumeClaimSpec ? deps.kube.listMemberClaims(namespace, name) : undefined,
@@ -142,6 +147,8 @@ export async function observe(
     if (status) health.set(p.name, status);
   });
   const answering = statuses.filter((s) => s.ok).map((s) => s.endpoint);
+  // The cluster version is asked for while the member list is read: neither needs the other.
+  const clusterVersionRead = answering[0] ? fetchClusterVersion(answering[0], deps.etcd) : undefined;
   let members: Observation["members"];
   if (answering.length > 0) {
     try {
@@ -158,7 +165,7 @@ export async function observe(
     members === undefined && hadMembers && answering.length > 0
       ? await listMembers(answering, { ...deps.etcd, serializable: true }).catch(() => undefined)
       : undefined;
-  const clusterVersion = answering[0] ? await fetchClusterVersion(answering[0], deps.etcd) : undefined;
+  const clusterVersion = await clusterVersionRead;
   return {
     clusterVersion,
     unhealthyGraceMs: deps.unhealthyGraceMs,
@@ -167,9 +174,9 @@ export async function observe(
     spec,
     pods: views,
     services: {
-      peer: peer !== undefined,
-      client: client !== undefined,
-      budget: budget?.spec?.minAvailable === majority(spec.size),
+      peer,
+      client,
+      budget: minAvailable === majority(spec.size),
     },
     members,
     claims: claims?.flatMap((claim) => claimView(claim)),
@@ -412,7 +419,7 @@ async function writeStatusIfChanged(
 }
 
 export async function reconcile(input: ReconcileInput, deps: StepDeps): Promise<ReconcileResult> {
-  const cluster = await deps.kube.getCluster(input.namespace, input.name);
+  const cluster = await deps.kube.getClusterNotOlderThan(input.namespace, input.name, input.notOlderThan);
   // Deleted (or being deleted): the garbage collector removes pods and Services via owner references.
   if (!cluster || cluster.metadata?.deletionTimestamp) return { kind: "gone" };
   const now = new Date();

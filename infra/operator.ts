@@ -15,6 +15,7 @@ import { Kube } from "../shared/kube.ts";
 import { PooledKubeConfig } from "../shared/kube-config.ts";
 import { createLogger, type Logger } from "../shared/log.ts";
 import { BACKUP_QUEUE, RECONCILE_QUEUE } from "../shared/queue.ts";
+import { floorRaiser } from "../shared/read-floor.ts";
 import type { RunningHttp } from "./http/server.ts";
 import type { Watcher } from "./watcher.ts";
 
@@ -45,6 +46,8 @@ export async function startOperator(options: {
   let backupsReady: Promise<void> | undefined;
   let worker: Worker | undefined;
   let workerConnection: Redis | undefined;
+  // Every write to an EtcdCluster raises its read floor (shared/read-floor.ts).
+  const newKube = () => new Kube(kc, { onClusterVersion: floorRaiser(redis) });
 
   // HTTP server: the whole API in roles all and http; health and metrics only in the others, on
   // METRICS_PORT. Started first, so a port in use fails the start before anything else runs.
@@ -73,7 +76,7 @@ export async function startOperator(options: {
     const { guardSchedules } = await import("./scheduler.ts");
     const { startChaos } = await import("./chaos.ts");
     const { resyncAll } = await import("./worker.ts");
-    const kube = new Kube(kc);
+    const kube = newKube();
     const guard = await guardSchedules(
       queue,
       redis,
@@ -91,7 +94,7 @@ export async function startOperator(options: {
     const { startBackupWorker } = await import("./backup-worker.ts");
     workerConnection = new Redis(config.redisUrl, { maxRetriesPerRequest: null });
     worker = startWorker({
-      kube: new Kube(kc),
+      kube: newKube(),
       redis,
       connection: workerConnection,
       queue,
@@ -106,7 +109,7 @@ export async function startOperator(options: {
     log.info({ concurrency: config.workerConcurrency }, "worker started");
     const backupConnection = new Redis(config.redisUrl, { maxRetriesPerRequest: null });
     const backupWorker = startBackupWorker({
-      kube: new Kube(kc),
+      kube: newKube(),
       redis,
       connection: backupConnection,
       config,

@@ -16,6 +16,7 @@ import type { OperatorConfig } from "../shared/config.ts";
 import { type ResilientInformer, resilientInformer } from "../shared/informer.ts";
 import type { Logger } from "../shared/log.ts";
 import { requestReconcile } from "../shared/queue.ts";
+import { raiseFloor } from "../shared/read-floor.ts";
 import { inScope } from "../shared/scope.ts";
 
 export interface WatcherDeps {
@@ -85,10 +86,14 @@ export function startWatcher(deps: WatcherDeps): Watcher {
     "app=etcd",
   );
 
-  const enqueue = (ns: string, name: string, reason: string) => {
-    requestReconcile(deps.queue, deps.redis, ns, name, { reason }).catch((error: unknown) =>
-      log.error({ err: error, cluster: `${ns}/${name}` }, "could not enqueue reconcile"),
-    );
+  // The cluster's read floor is raised first (when the change came with the cluster's version), so
+  // the reconcile it asks for reads at least this version (shared/read-floor.ts).
+  const enqueue = (ns: string, name: string, reason: string, resourceVersion?: string) => {
+    raiseFloor(deps.redis, `${ns}/${name}`, resourceVersion)
+      .then(() => requestReconcile(deps.queue, deps.redis, ns, name, { reason }))
+      .catch((error: unknown) =>
+        log.error({ err: error, cluster: `${ns}/${name}` }, "could not enqueue reconcile"),
+      );
   };
   // Our own status writes also arrive as updates; only spec (generation), annotations or a
   // deletion are news to the planner.
@@ -103,7 +108,12 @@ export function startWatcher(deps: WatcherDeps): Watcher {
     ].join("|");
     if (lastGeneration.get(uid) === marker) return;
     lastGeneration.set(uid, marker);
-    enqueue(cluster.metadata?.namespace ?? "", cluster.metadata?.name ?? "", reason);
+    enqueue(
+      cluster.metadata?.namespace ?? "",
+      cluster.metadata?.name ?? "",
+      reason,
+      cluster.metadata?.resourceVersion,
+    );
   };
   clusters.on("add", onCluster("added"));
   clusters.on("update", onCluster("updated"));

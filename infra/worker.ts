@@ -19,6 +19,7 @@ import {
   RESYNC_JOB,
   requestReconcile,
 } from "../shared/queue.ts";
+import { floorKey } from "../shared/read-floor.ts";
 import { inScope } from "../shared/scope.ts";
 import { resyncBackups } from "./backup-schedules.ts";
 
@@ -76,20 +77,26 @@ export function createProcessor(deps: WorkerDeps) {
     const key = `${namespace}/${name}`;
     const log = deps.log.child({ cluster: key, job: job.id, attempt: job.attemptsMade + 1 });
 
-    const acquired = await acquireLease(deps.redis, key, deps.config.leaseTtlMs);
+    const dirty = dirtyKey(namespace, name);
+    // With the lease, in one round trip: the dirty mark is cleared (events from now on set it
+    // again; we look at it when done) and the cluster's read floor is read (shared/read-floor.ts).
+    const acquired = await acquireLease(deps.redis, key, deps.config.leaseTtlMs, {
+      clear: dirty,
+      read: floorKey(key),
+      check: dirty,
+    });
     if ("heldForMs" in acquired) {
       log.debug({ heldForMs: acquired.heldForMs }, "another worker holds the cluster; retrying later");
       return delay(job, token, Math.min(acquired.heldForMs, 1_000));
     }
     const { lease } = acquired;
-    // Events that arrive from now on mark the cluster dirty again; we look at the mark when done.
-    await deps.redis.del(dirtyKey(namespace, name));
     let requeueAfterMs: number | undefined;
+    let dirtyAgain = true;
     try {
       // Metrics: queue wait, count and duration by result and step (shared/metrics.ts).
       const result = await measureReconcile(RECONCILE_QUEUE, job, () =>
         reconcile(
-          { namespace, name },
+          { namespace, name, notOlderThan: acquired.read },
           {
             kube: deps.kube,
             log,
@@ -123,10 +130,9 @@ export function createProcessor(deps: WorkerDeps) {
       }
       throw error;
     } finally {
-      await lease.release();
+      dirtyAgain = await lease.release();
     }
-    const dirty = (await deps.redis.exists(dirtyKey(namespace, name))) === 1;
-    if (dirty) requeueAfterMs = 0;
+    if (dirtyAgain) requeueAfterMs = 0;
     if (requeueAfterMs !== undefined) return delay(job, token, requeueAfterMs);
     return { steady: true };
   };

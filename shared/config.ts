@@ -99,7 +99,7 @@ export function loadConfig(env: Record<string, string | undefined>): OperatorCon
     redisUrl,
     reconcileIntervalMs: int(env, "RECONCILE_INTERVAL_MS", 8_000, 500, 3_600_000),
     installCrds: bool(env, "INSTALL_CRDS", false),
-    workerConcurrency: int(env, "WORKER_CONCURRENCY", 8, 1, 256),
+    workerConcurrency: int(env, "WORKER_CONCURRENCY", 32, 1, 256),
     etcdTimeoutMs: int(env, "ETCD_TIMEOUT_MS", 3_000, 100, 60_000),
     memberUnhealthyGraceMs: int(env, "MEMBER_UNHEALTHY_GRACE_MS", 60_000, 1_000, 86_400_000),
     leaseTtlMs: int(env, "LEASE_TTL_MS", 10_000, 1_000, 600_000),

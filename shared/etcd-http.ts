@@ -1,15 +1,28 @@
-// GETs on a member's HTTP endpoints (/version), with the same TLS options as the gRPC client:
+// Requests to a member's HTTP endpoints (/version, and etcd's gRPC gateway for Status), with the
+// same TLS options as the gRPC client:
 // with client TLS the member wants the operator's client certificate and serves a certificate for
 // its DNS names while we dial its IP, so the name is checked against `serverName` instead.
 import { request } from "node:https";
 import { checkServerIdentity } from "node:tls";
-import { DEFAULT_ETCD_TIMEOUT_MS, type EtcdClientOptions } from "./etcd-members.ts";
+import { DEFAULT_ETCD_TIMEOUT_MS, type EtcdClientOptions } from "./etcd-options.ts";
 
-export async function fetchMemberJson(url: string, options: EtcdClientOptions): Promise<unknown> {
+/**
+ * GETs `url` from a member (or POSTs `body` as JSON: etcd's gRPC gateway, /v3/...) and parses the
+ * answer; throws on a non-2xx status, a timeout or a body that is not JSON.
+ */
+export async function fetchMemberJson(
+  url: string,
+  options: EtcdClientOptions,
+  body?: object,
+): Promise<unknown> {
   const timeoutMs = options.timeoutMs ?? DEFAULT_ETCD_TIMEOUT_MS;
   const tls = options.tls;
+  const method = body === undefined ? "GET" : "POST";
+  const payload = body === undefined ? undefined : JSON.stringify(body);
   if (!tls) {
-    const response = await fetch(url, { signal: AbortSignal.timeout(timeoutMs) });
+    const response = await fetch(url, { method, body: payload, signal: AbortSignal.timeout(timeoutMs) });
+    if (!response.ok)
+      throw new Error(`${method} ${url}: HTTP ${response.status}: ${(await response.text()).slice(0, 300)}`);
     return response.json();
   }
   const target = new URL(url);
@@ -19,7 +32,7 @@ export async function fetchMemberJson(url: string, options: EtcdClientOptions): 
         host: target.hostname,
         port: target.port,
         path: `${target.pathname}${target.search}`,
-        method: "GET",
+        method,
         ca: tls.ca,
         cert: tls.cert,
         key: tls.key,
@@ -32,6 +45,12 @@ export async function fetchMemberJson(url: string, options: EtcdClientOptions): 
         const chunks: Buffer[] = [];
         response.on("data", (chunk: Buffer) => chunks.push(chunk));
         response.on("end", () => {
+          const status = response.statusCode ?? 0;
+          if (status < 200 || status >= 300) {
+            const text = Buffer.concat(chunks).toString("utf8").slice(0, 300);
+            reject(new Error(`${method} ${url}: HTTP ${status}: ${text}`));
+            return;
+          }
           try {
             resolve(JSON.parse(Buffer.concat(chunks).toString("utf8")));
           } catch (error) {
@@ -42,7 +61,7 @@ export async function fetchMemberJson(url: string, options: EtcdClientOptions): 
       },
     );
     req.on("timeout", () => req.destroy(new Error(`${url} timed out after ${timeoutMs} ms`)));
-    req.on("error", (error) => reject(new Error(`GET ${url} failed`, { cause: error })));
-    req.end();
+    req.on("error", (error) => reject(new Error(`${method} ${url} failed`, { cause: error })));
+    req.end(payload);
   });
 }

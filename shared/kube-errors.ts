@@ -26,12 +26,16 @@ export async function ignoreConflict(work: Promise<unknown>): Promise<void> {
   }
 }
 
-/** Ignores "gone" (404) and "precondition failed / changed meanwhile" (409): the object moved on. */
-export async function ignoreGoneOrConflict(work: Promise<unknown>): Promise<void> {
+/**
+ * Ignores "gone" (404) and "precondition failed / changed meanwhile" (409): the object moved on.
+ * Returns what the call returned, or undefined when it was ignored.
+ */
+export async function ignoreGoneOrConflict<T>(work: Promise<T>): Promise<T | undefined> {
   try {
-    await work;
+    return await work;
   } catch (error) {
     const status = httpStatusOf(error);
     if (status !== 404 && status !== 409) throw error;
+    return undefined;
   }
 }

@@ -26,6 +26,7 @@ import {
 } from "./api/etcd-cluster.ts";
 import { type EtcdRestore, type EtcdRestoreStatus, RESTORE_PLURAL } from "./api/etcd-restore.ts";
 import { httpStatusOf, ignoreConflict, ignoreGoneOrConflict, orUndefinedOn404 } from "./kube-errors.ts";
+import { KubeJsonReader } from "./kube-json.ts";
 
 export const MERGE_PATCH = setHeaderOptions("Content-Type", PatchStrategy.MergePatch);
 export const JSON_PATCH = setHeaderOptions("Content-Type", PatchStrategy.JsonPatch);
@@ -58,15 +59,62 @@ export interface EventSubject {
   metadata?: V1ObjectMeta;
 }
 
+export interface KubeOptions {
+  /**
+   * Told the resourceVersion of an EtcdCluster after each write the operator makes to it, and after
+   * a read that found it newer than the floor the read was given (shared/read-floor.ts).
+   */
+  onClusterVersion?: (namespace: string, name: string, resourceVersion: string) => Promise<void>;
+}
+
+function resourceVersionOf(object: unknown): string | undefined {
+  if (typeof object !== "object" || object === null || !("metadata" in object)) return undefined;
+  const metadata = object.metadata;
+  if (typeof metadata !== "object" || metadata === null || !("resourceVersion" in metadata)) return undefined;
+  return typeof metadata.resourceVersion === "string" ? metadata.resourceVersion : undefined;
+}
+
+function customPath(plural: string, namespace: string, name: string): string {
+  return `/apis/${GROUP}/${VERSION}/namespaces/${encodeURIComponent(namespace)}/${plural}/${encodeURIComponent(name)}`;
+}
+
 export class Kube {
   readonly core: CoreV1Api;
   readonly custom: CustomObjectsApi;
   readonly policy: PolicyV1Api;
+  /** Our own objects are read through this lean path when the kubeconfig allows (shared/kube-json.ts). */
+  private readonly json: KubeJsonReader | undefined;
 
-  constructor(kc: KubeConfig) {
+  private readonly options: KubeOptions;
+
+  constructor(kc: KubeConfig, options: KubeOptions = {}) {
+    this.options = options;
     this.core = kc.makeApiClient(CoreV1Api);
     this.custom = kc.makeApiClient(CustomObjectsApi);
     this.policy = kc.makeApiClient(PolicyV1Api);
+    this.json = KubeJsonReader.for(kc);
+  }
+
+  private async clusterVersionSeen(object: unknown, namespace: string, name: string): Promise<void> {
+    const resourceVersion = resourceVersionOf(object);
+    if (resourceVersion && this.options.onClusterVersion)
+      await this.options.onClusterVersion(namespace, name, resourceVersion);
+  }
+
+  /** Whether the Service exists (read on every reconcile: the lean path when there is one). */
+  async serviceExists(namespace: string, name: string): Promise<boolean> {
+    if (!this.json) return (await this.getService(namespace, name)) !== undefined;
+    const path = `/api/v1/namespaces/${encodeURIComponent(namespace)}/services/${encodeURIComponent(name)}`;
+    return (await this.json.get(path)) !== undefined;
+  }
+
+  /** The budget's spec.minAvailable, undefined without a budget (read on every reconcile, like serviceExists). */
+  async budgetMinAvailable(namespace: string, name: string): Promise<number | string | undefined> {
+    if (!this.json) return (await this.getPodDisruptionBudget(namespace, name))?.spec?.minAvailable;
+    const budget = (await this.json.get(
+      `/apis/policy/v1/namespaces/${encodeURIComponent(namespace)}/poddisruptionbudgets/${encodeURIComponent(name)}`,
+    )) as { spec?: { minAvailable?: number | string } } | undefined;
+    return budget?.spec?.minAvailable;
   }
 
   async getPodDisruptionBudget(namespace: string, name: string): Promise<V1PodDisruptionBudget | undefined> {
@@ -88,8 +136,32 @@ export class Kube {
     }
   }
 
+  /** A quorum read: the cluster as etcd has it now. */
   async getCluster(namespace: string, name: string): Promise<EtcdCluster | undefined> {
     return (await this.getCustom(PLURAL, namespace, name)) as EtcdCluster | undefined;
+  }
+
+  /**
+   * The cluster at `floor` or newer, from the API server's watch cache; a quorum read without a
+   * floor, or when the cached read fails (e.g. 504 after the cache did not catch up in time).
+   * Reports a version newer than the floor (shared/read-floor.ts).
+   */
+  async getClusterNotOlderThan(
+    namespace: string,
+    name: string,
+    floor: string | undefined,
+  ): Promise<EtcdCluster | undefined> {
+    let cluster: EtcdCluster | undefined;
+    if (floor && this.json) {
+      cluster = (await this.json
+        .get(`${customPath(PLURAL, namespace, name)}?resourceVersion=${encodeURIComponent(floor)}`)
+        .catch(() => this.getCluster(namespace, name))) as EtcdCluster | undefined;
+    } else {
+      cluster = await this.getCluster(namespace, name);
+    }
+    if (cluster && resourceVersionOf(cluster) !== floor)
+      await this.clusterVersionSeen(cluster, namespace, name);
+    return cluster;
   }
 
   /** Every EtcdCluster in one namespace, or in all namespaces when namespace is undefined. */
@@ -98,7 +170,12 @@ export class Kube {
   }
 
   async patchClusterStatus(cluster: EtcdCluster, status: EtcdClusterStatus): Promise<void> {
-    await this.patchCustomStatus(PLURAL, cluster, status);
+    const written = await this.patchCustomStatus(PLURAL, cluster, status);
+    await this.clusterVersionSeen(
+      written,
+      cluster.metadata?.namespace ?? "default",
+      cluster.metadata?.name ?? "",
+    );
   }
 
   async listMemberPods(namespace: string, clusterName: string): Promise<V1Pod[]> {
@@ -200,6 +277,7 @@ export class Kube {
     return list.items ?? [];
   }
   private async getCustom(plural: string, namespace: string, name: string): Promise<unknown> {
+    if (this.json) return this.json.get(customPath(plural, namespace, name));
     return orUndefinedOn404(
       this.custom.getNamespacedCustomObject({ group: GROUP, version: VERSION, namespace, plural, name }),
     );
@@ -208,9 +286,10 @@ export class Kube {
   /**
    * A status merge patch on one of our objects. The UID precondition keeps a late write from landing
    * on a re-created object of the same name; a deleted object or a conflict is no error.
+   * Returns the object as written (undefined when it was gone or had changed).
    */
-  private async patchCustomStatus(plural: string, object: EventSubject, status: object): Promise<void> {
-    await ignoreGoneOrConflict(
+  private async patchCustomStatus(plural: string, object: EventSubject, status: object): Promise<unknown> {
+    return ignoreGoneOrConflict(
       this.custom.patchNamespacedCustomObjectStatus(
         {
           group: GROUP,
@@ -263,7 +342,7 @@ export class Kube {
 
   /** Sets (string) or removes (null) annotations of an EtcdCluster, only while it is the cluster we read. */
   async annotateCluster(cluster: EtcdCluster, annotations: Record<string, string | null>): Promise<void> {
-    await this.custom.patchNamespacedCustomObject(
+    const written: unknown = await this.custom.patchNamespacedCustomObject(
       {
         group: GROUP,
         version: VERSION,
@@ -273,6 +352,11 @@ export class Kube {
         body: { metadata: { uid: cluster.metadata?.uid, annotations } },
       },
       MERGE_PATCH,
+    );
+    await this.clusterVersionSeen(
+      written,
+      cluster.metadata?.namespace ?? "default",
+      cluster.metadata?.name ?? "",
     );
   }
 

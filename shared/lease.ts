@@ -8,7 +8,21 @@ import type { Redis } from "ioredis";
 import { KEY_PREFIX } from "./queue.ts";
 
 const RENEW = `if redis.call("get", KEYS[1]) == ARGV[1] then return redis.call("pexpire", KEYS[1], ARGV[2]) else return 0 end`;
-const RELEASE = `if redis.call("get", KEYS[1]) == ARGV[1] then return redis.call("del", KEYS[1]) else return 0 end`;
+// Acquire and release each take one round trip with what the worker does around them folded in:
+// taking the lease clears one key (the dirty mark) and reads another (the read floor); releasing
+// it reports whether a key exists (the dirty mark, set again meanwhile). KEYS[2] and KEYS[3] may
+// be the lease key itself when there is nothing to clear or read.
+const ACQUIRE = `
+if redis.call("set", KEYS[1], ARGV[1], "PX", ARGV[2], "NX") then
+  if KEYS[2] ~= KEYS[1] then redis.call("del", KEYS[2]) end
+  local read = KEYS[3] ~= KEYS[1] and redis.call("get", KEYS[3]) or false
+  return {1, read or ""}
+end
+return {0, redis.call("pttl", KEYS[1])}`;
+const RELEASE = `
+if redis.call("get", KEYS[1]) == ARGV[1] then redis.call("del", KEYS[1]) end
+if KEYS[2] ~= KEYS[1] then return redis.call("exists", KEYS[2]) end
+return 0`;
 
 export class LeaseLostError extends Error {
   override name = "LeaseLostError";
@@ -17,26 +31,45 @@ export class LeaseLostError extends Error {
 export interface Lease {
   /** Throws LeaseLostError when another worker holds the lease now. */
   guard(): Promise<void>;
-  release(): Promise<void>;
+  /**
+   * Gives the lease up. Returns whether the `check` key given to acquireLease exists at that moment
+   * (true as well when Redis could not be asked: looking again is the safe answer).
+   */
+  release(): Promise<boolean>;
+}
+
+export interface LeaseKeys {
+  /** Deleted in the same step as the lease is taken. */
+  clear?: string;
+  /** Read in the same step as the lease is taken (returned as `read`). */
+  read?: string;
+  /** Whether it exists is returned by release(). */
+  check?: string;
 }
 
 export function leaseKey(clusterKey: string): string {
   return `${KEY_PREFIX}:lease:${clusterKey}`;
 }
 
-/** Takes the lease, or returns the ms until the current holder's lease expires. */
+/**
+ * Takes the lease (and clears and reads the given keys in the same step), or returns the ms until
+ * the current holder's lease expires.
+ */
 export async function acquireLease(
   redis: Redis,
   clusterKey: string,
   ttlMs: number,
-): Promise<{ lease: Lease } | { heldForMs: number }> {
+  keys: LeaseKeys = {},
+): Promise<{ lease: Lease; read: string | undefined } | { heldForMs: number }> {
   const key = leaseKey(clusterKey);
   const token = randomBytes(12).toString("hex");
-  const ok = await redis.set(key, token, "PX", ttlMs, "NX");
-  if (ok !== "OK") {
-    const remaining = await redis.pttl(key);
+  const reply = await redis.eval(ACQUIRE, 3, key, keys.clear ?? key, keys.read ?? key, token, String(ttlMs));
+  const [taken, value] = Array.isArray(reply) ? reply : [];
+  if (taken !== 1) {
+    const remaining = typeof value === "number" ? value : -1;
     return { heldForMs: remaining > 0 ? remaining : ttlMs };
   }
+  const read = typeof value === "string" && value !== "" ? value : undefined;
   let lost = false;
   // Renew at a third of the TTL, so two missed renewals still leave time.
   const timer = setInterval(
@@ -54,6 +87,7 @@ export async function acquireLease(
   );
   timer.unref();
   return {
+    read,
     lease: {
       async guard() {
         if (!lost && (await redis.get(key)) === token) return;
@@ -62,7 +96,8 @@ export async function acquireLease(
       },
       async release() {
         clearInterval(timer);
-        await redis.eval(RELEASE, 1, key, token).catch(() => undefined);
+        const exists = await redis.eval(RELEASE, 2, key, keys.check ?? key, token).catch(() => 1);
+        return exists === 1;
       },
     },
   };

@@ -10,6 +10,7 @@ import { stopDaemon } from "../infra/local/daemons.ts";
 import { startRedis } from "../infra/local/redis.ts";
 import { acquireLease, LeaseLostError, leaseKey } from "../shared/lease.ts";
 import { dirtyKey, RECONCILE_QUEUE, reconcileJobId, requestReconcile } from "../shared/queue.ts";
+import { FLOOR_TTL_MS, floorKey, isComparableVersion, raiseFloor } from "../shared/read-floor.ts";
 
 const dir = mkdtempSync(join(tmpdir(), "eop-lease-"));
 const server = await startRedis({ dir, logFile: join(dir, "redis.log"), pidFile: join(dir, "redis.pid") });
@@ -58,6 +59,57 @@ t.test("a renewing holder keeps the lease beyond its TTL", async (t) => {
   await held.lease.guard();
   t.ok("heldForMs" in (await acquireLease(redis, "ns/c", 300)), "still held after three TTLs");
   await held.lease.release();
+});
+
+t.test(
+  "taking the lease clears the dirty mark and reads the floor; releasing it reports a new mark",
+  async (t) => {
+    const dirty = dirtyKey("ns", "keys");
+    await redis.set(dirty, "1");
+    await redis.set(floorKey("ns/keys"), "1234");
+    const taken = await acquireLease(redis, "ns/keys", 2_000, {
+      clear: dirty,
+      read: floorKey("ns/keys"),
+      check: dirty,
+    });
+    if (!("lease" in taken)) throw new Error("could not acquire");
+    t.equal(taken.read, "1234", "the floor is read with the lease");
+    t.equal(await redis.exists(dirty), 0, "the dirty mark is cleared with the lease");
+    const refused = await acquireLease(redis, "ns/keys", 2_000, { clear: dirty, read: floorKey("ns/keys") });
+    t.ok("heldForMs" in refused && refused.heldForMs > 0, "a second taker is refused with the time left");
+    await redis.set(dirty, "1");
+    t.equal(await redis.exists(dirty), 1, "a refused taker clears nothing");
+    t.equal(await taken.lease.release(), true, "release reports the mark set meanwhile");
+    t.equal(await redis.exists(leaseKey("ns/keys")), 0, "and the lease is gone");
+    const again = await acquireLease(redis, "ns/keys", 2_000, { clear: dirty, check: dirty });
+    if (!("lease" in again)) throw new Error("could not acquire");
+    t.equal(again.read, undefined, "nothing read when no key is given");
+    t.equal(await again.lease.release(), false, "no mark, nothing to look at again");
+    const plain = await acquireLease(redis, "ns/keys", 2_000);
+    if (!("lease" in plain)) throw new Error("could not acquire");
+    t.equal(await plain.lease.release(), false, "without a check key release reports false");
+  },
+);
+
+t.test("the read floor only rises, and only holds plain revisions", async (t) => {
+  const key = floorKey("ns/floor");
+  await raiseFloor(redis, "ns/floor", "99");
+  t.equal(await redis.get(key), "99");
+  await raiseFloor(redis, "ns/floor", "100");
+  t.equal(await redis.get(key), "100", "a longer number is newer");
+  await raiseFloor(redis, "ns/floor", "99");
+  t.equal(await redis.get(key), "100", "an older version does not lower it");
+  await raiseFloor(redis, "ns/floor", "100");
+  await raiseFloor(redis, "ns/floor", "101");
+  t.equal(await redis.get(key), "101", "same length compares as digits");
+  await raiseFloor(redis, "ns/floor", "abc");
+  await raiseFloor(redis, "ns/floor", "0102");
+  await raiseFloor(redis, "ns/floor", undefined);
+  t.equal(await redis.get(key), "101", "anything but a plain decimal is ignored");
+  const ttl = await redis.pttl(key);
+  t.ok(ttl > FLOOR_TTL_MS - 60_000 && ttl <= FLOOR_TTL_MS, "the floor expires after an hour unless raised");
+  t.notOk(isComparableVersion("0"), "0 means any version to the API server, never a floor");
+  t.ok(isComparableVersion("18446744073709551615"), "a uint64 is a version");
 });
 
 t.test(

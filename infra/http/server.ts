@@ -16,6 +16,7 @@ import { Kube } from "../../shared/kube.ts";
 import type { Logger } from "../../shared/log.ts";
 import { operatorMetrics } from "../../shared/metrics.ts";
 import { BACKUP_QUEUE, RECONCILE_QUEUE } from "../../shared/queue.ts";
+import { floorRaiser } from "../../shared/read-floor.ts";
 import { type AccessReviewer, kubernetesAccessReviewer } from "./access.ts";
 import { authHooks } from "./auth.ts";
 import { DASHBOARD_PREFIX, dashboardAccess, dashboardRoutes, LOGIN_PATH } from "./dashboard.ts";
@@ -190,7 +191,17 @@ export async function startHttp(options: {
   const closers: (() => void | Promise<void>)[] = [];
   try {
     const app = await buildServer(
-      { config, log, kc, kube: new Kube(kc), access, redis, reconcileQueue, backupQueue, mode },
+      {
+        config,
+        log,
+        kc,
+        kube: new Kube(kc, { onClusterVersion: floorRaiser(redis) }),
+        access,
+        redis,
+        reconcileQueue,
+        backupQueue,
+        mode,
+      },
       { tls },
     );
     closers.push(() => app.close());
