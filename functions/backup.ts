@@ -111,7 +111,7 @@ async function streamSnapshot(
     snapshot.close();
   }
   const result = digest.result();
-  if (!result.trailerValid) {
+  if (!result.trailerValid || result.sha256 === undefined) {
     await store.remove([key]).catch(() => undefined);
     throw new SnapshotError(
       `the snapshot from ${endpoint} failed etcd's integrity check (${result.size} bytes); the object was deleted`,

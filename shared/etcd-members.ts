@@ -283,9 +283,61 @@ export async function listMembers(
   options: ListMembersOptions = {},
 ): Promise<MemberInfo[]> {
   const linearizable = options.serializable !== true;
+  if (!options.tls) return listMembersOverGateway(endpoints, linearizable, options);
   return onFirstAnswering(endpoints, "listing etcd members", options, "on-any-error", async (client) => {
     const response = await client.cluster.memberList({ linearizable }, callOptions(options));
     return response.members.map(toMemberInfo);
+  });
+}
+
+/** One member of etcd's MemberList answer through its gRPC gateway (proto3 JSON). */
+interface GatewayMember {
+  ID?: string;
+  name?: string;
+  peerURLs?: string[];
+  clientURLs?: string[];
+  isLearner?: boolean;
+}
+
+/**
+ * The member list over etcd's gRPC gateway, for clusters without client TLS (see endpointStatus
+ * for why): same order and fall-through as over gRPC, a pooled HTTP request instead of a client.
+ */
+async function listMembersOverGateway(
+  endpoints: readonly string[],
+  linearizable: boolean,
+  options: EtcdClientOptions,
+): Promise<MemberInfo[]> {
+  if (endpoints.length === 0) throw new Error("listing etcd members: no etcd endpoints given");
+  const failures: string[] = [];
+  const errors: unknown[] = [];
+  for (const endpoint of endpoints) {
+    try {
+      const body = (await fetchMemberJson(`${endpoint}/v3/cluster/member/list`, options, {
+        linearizable,
+      })) as {
+        members?: GatewayMember[];
+      };
+      if (!Array.isArray(body.members))
+        throw new Error(`not a MemberList answer: ${JSON.stringify(body).slice(0, 200)}`);
+      return body.members.map((member) => {
+        if (typeof member.ID !== "string")
+          throw new Error(`a member without an ID: ${JSON.stringify(member)}`);
+        return {
+          id: member.ID,
+          name: member.name ?? "",
+          peerURLs: member.peerURLs ?? [],
+          clientURLs: member.clientURLs ?? [],
+          isLearner: member.isLearner === true,
+        };
+      });
+    } catch (error) {
+      failures.push(`${endpoint}: ${errorMessage(error)}`);
+      errors.push(error);
+    }
+  }
+  throw new Error(`listing etcd members: no etcd endpoint answered (${failures.join("; ")})`, {
+    cause: new AggregateError(errors),
   });
 }
 

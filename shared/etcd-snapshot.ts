@@ -12,37 +12,60 @@ import { createEtcdClient, type EtcdClientOptions } from "./etcd-members.ts";
 
 const TRAILER = 32;
 
+/** Which checks a SnapshotDigest makes; both by default. */
+export interface DigestChecks {
+  /** The SHA-256 of every byte (what a backup records, and a restore compares with). */
+  wholeHash?: boolean;
+  /** etcd's trailer: the last 32 bytes are the SHA-256 of the rest. */
+  trailer?: boolean;
+}
+
 export class SnapshotDigest extends Transform {
-  #whole: Hash = createHash("sha256");
-  #database: Hash = createHash("sha256");
+  // Each check is a SHA-256 pass over GiBs (~0.8 s per GiB here), so a reader that needs only
+  // one asks for only one: a matching whole-object hash already proves the trailer that was
+  // checked when the backup was taken.
+  #whole: Hash | undefined;
+  #database: Hash | undefined;
   #tail: Buffer = Buffer.alloc(0);
   bytes = 0;
 
+  constructor(checks: DigestChecks = {}) {
+    super();
+    this.#whole = checks.wholeHash === false ? undefined : createHash("sha256");
+    this.#database = checks.trailer === false ? undefined : createHash("sha256");
+  }
+
   override _transform(chunk: Buffer, _encoding: BufferEncoding, done: TransformCallback): void {
-    this.#whole.update(chunk);
+    this.#whole?.update(chunk);
     this.bytes += chunk.length;
+    const database = this.#database;
+    if (!database) return done(null, chunk);
     // Everything but the last 32 bytes seen so far belongs to the database. No copy of the chunk
     // (a snapshot is GiBs of them): only the ≤ 32-byte tail is carried over.
     if (chunk.length >= TRAILER) {
-      if (this.#tail.length > 0) this.#database.update(this.#tail);
-      this.#database.update(chunk.subarray(0, chunk.length - TRAILER));
+      if (this.#tail.length > 0) database.update(this.#tail);
+      database.update(chunk.subarray(0, chunk.length - TRAILER));
       this.#tail = Buffer.from(chunk.subarray(chunk.length - TRAILER));
     } else {
       const joined = Buffer.concat([this.#tail, chunk]);
       const cut = Math.max(0, joined.length - TRAILER);
-      if (cut > 0) this.#database.update(joined.subarray(0, cut));
+      if (cut > 0) database.update(joined.subarray(0, cut));
       this.#tail = Buffer.from(joined.subarray(cut));
     }
     done(null, chunk);
   }
 
-  /** After the stream ended: the hex SHA-256 of every byte, and whether etcd's trailer matches. */
-  result(): { sha256: string; size: number; trailerValid: boolean } {
-    const trailerValid =
-      this.#tail.length === TRAILER &&
-      this.bytes > TRAILER &&
-      this.#database.copy().digest().equals(this.#tail);
-    return { sha256: this.#whole.copy().digest("hex"), size: this.bytes, trailerValid };
+  /**
+   * After the stream ended: the hex SHA-256 of every byte and whether etcd's trailer matches, each
+   * undefined when that check was not asked for.
+   */
+  result(): { sha256: string | undefined; size: number; trailerValid: boolean | undefined } {
+    const trailerValid = this.#database
+      ? this.#tail.length === TRAILER &&
+        this.bytes > TRAILER &&
+        this.#database.copy().digest().equals(this.#tail)
+      : undefined;
+    return { sha256: this.#whole?.copy().digest("hex"), size: this.bytes, trailerValid };
   }
 }
 

@@ -22,7 +22,7 @@ import {
 } from "../functions/restore-from-backup.ts";
 import type { EtcdBackup } from "../shared/api/etcd-backup.ts";
 import type { EtcdCluster, NormalizedSpec } from "../shared/api/etcd-cluster.ts";
-import { SnapshotDigest } from "../shared/etcd-snapshot.ts";
+import { type DigestChecks, SnapshotDigest } from "../shared/etcd-snapshot.ts";
 import type { Kube } from "../shared/kube.ts";
 import { silentLogger } from "../shared/log.ts";
 import { ossCredentialsFromSecret, s3CredentialsFromSecret } from "../shared/object-store/credentials.ts";
@@ -36,8 +36,8 @@ function fakeSnapshot(size: number): Buffer {
   return Buffer.concat([body, createHash("sha256").update(body).digest()]);
 }
 
-async function digestOf(data: Buffer, chunk = 4096) {
-  const digest = new SnapshotDigest();
+async function digestOf(data: Buffer, chunk = 4096, checks?: DigestChecks) {
+  const digest = new SnapshotDigest(checks);
   const chunks: Buffer[] = [];
   for (let i = 0; i < data.length; i += chunk) chunks.push(data.subarray(i, i + chunk));
   await pipeline(Readable.from(chunks), digest, new Writable({ write: (_c, _e, done) => done() }));
@@ -114,6 +114,24 @@ t.test("the snapshot digest checks etcd's trailer across any chunking", async (t
   t.notOk((await digestOf(corrupted)).trailerValid, "one flipped byte");
   t.notOk((await digestOf(Buffer.alloc(0))).trailerValid, "empty");
   t.notOk((await digestOf(snapshot.subarray(0, 32))).trailerValid, "trailer only");
+});
+
+t.test("a digest asked for one check makes only that one", async (t) => {
+  const snapshot = fakeSnapshot(50_000);
+  const whole = await digestOf(snapshot, 4096, { trailer: false });
+  t.equal(whole.sha256, createHash("sha256").update(snapshot).digest("hex"), "the whole-object hash");
+  t.equal(whole.trailerValid, undefined, "no trailer check");
+  t.equal(whole.size, snapshot.length);
+  const trailer = await digestOf(snapshot, 4096, { wholeHash: false });
+  t.equal(trailer.sha256, undefined, "no whole-object hash");
+  t.equal(trailer.trailerValid, true, "the trailer check");
+  const corrupted = Buffer.from(snapshot);
+  corrupted[100] = (corrupted[100] ?? 0) ^ 0xff;
+  t.equal(
+    (await digestOf(corrupted, 4096, { wholeHash: false })).trailerValid,
+    false,
+    "still catches a flipped byte",
+  );
 });
 
 /**

@@ -5,6 +5,7 @@ import { execFileSync } from "node:child_process";
 import { readFileSync } from "node:fs";
 import { CustomObjectsApi, PolicyV1Api } from "@kubernetes/client-node";
 import { Etcd3 } from "etcd3";
+import { Redis } from "ioredis";
 import t from "tap";
 import { installCrds } from "../infra/crds.ts";
 import { ensureAssets } from "../infra/local/assets.ts";
@@ -12,6 +13,7 @@ import { startLocalCluster } from "../infra/local/control-plane.ts";
 import { clientsFor, readPod, waitFor } from "../infra/local/kube-wait.ts";
 import type { EtcdCluster } from "../shared/api/etcd-cluster.ts";
 import { Kube } from "../shared/kube.ts";
+import { floorKey } from "../shared/read-floor.ts";
 import { etcdPidOf } from "./helpers/etcd-processes.ts";
 import { type OperatorProcess, startOperatorProcess } from "./helpers/operator-processes.ts";
 import { missingWrites, startWriter } from "./helpers/writer.ts";
@@ -126,6 +128,18 @@ t.test("the seeds' example cluster becomes Available with three voting members",
   const table = kubectl("get", "etcd");
   t.match(table, /NAME\s+SIZE\s+READY\s+VERSION\s+PHASE\s+AGE/);
   t.match(table, /example-etcd-cluster\s+3\s+3\s+3\.7\.3\s+Running/);
+  // The read floor (shared/read-floor.ts) follows the operator's writes: at least the version read
+  // above (every status write raised it), never a version the API server has not reached.
+  const redis = new Redis(cluster.redisUrl ?? "");
+  const floor = await redis.get(floorKey(`${NS}/example-etcd-cluster`));
+  redis.disconnect();
+  const now = await getCluster("example-etcd-cluster");
+  t.match(floor, /^[1-9][0-9]*$/, "the cluster has a read floor");
+  t.ok(
+    BigInt(floor ?? "0") >= BigInt(ready.metadata?.resourceVersion ?? "0") &&
+      BigInt(floor ?? "0") <= BigInt(now?.metadata?.resourceVersion ?? "0"),
+    `floor ${floor} between the converged version ${ready.metadata?.resourceVersion} and the current ${now?.metadata?.resourceVersion}`,
+  );
   const client = new Etcd3({ hosts: await memberPodIps("example-etcd-cluster") });
   await client.put("survives").value("everything");
   client.close();
