@@ -12,7 +12,7 @@ type Dispatcher = NonNullable<ReturnType<RequestContext["getDispatcher"]>>;
  * How long one dispatcher serves before the next request builds a new one: client certificates
  * handed out by exec plugins rotate, and a pooled connection would keep the old one forever.
  */
-const DISPATCHER_MAX_AGE_MS = 10 * 60_000;
+export const DISPATCHER_MAX_AGE_MS = 10 * 60_000;
 
 export class PooledKubeConfig extends KubeConfig {
   private readonly pool = new Map<string, { dispatcher: Dispatcher; createdAt: number }>();

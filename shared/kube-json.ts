@@ -13,6 +13,7 @@
 import type { RequestOptions } from "node:https";
 import type { KubeConfig } from "@kubernetes/client-node";
 import { Agent, request } from "undici";
+import { DISPATCHER_MAX_AGE_MS } from "./kube-config.ts";
 
 /** An API error with its HTTP status in `code`, as client-node's ApiException has it (httpStatusOf). */
 export class KubeHttpError extends Error {
@@ -35,6 +36,7 @@ function headersOf(options: RequestOptions): Record<string, string> {
 
 export class KubeJsonReader {
   private agent: Agent | undefined;
+  private agentCreatedAt = 0;
   private readonly kc: KubeConfig;
   private readonly server: string;
 
@@ -54,7 +56,14 @@ export class KubeJsonReader {
   async get(path: string): Promise<unknown> {
     const options: RequestOptions = {};
     await this.kc.applyToHTTPSOptions(options);
-    // One agent for the process: the TLS material is read once, as client-node caches its agents.
+    // One agent, renewed as PooledKubeConfig renews client-node's (shared/kube-config.ts): a
+    // client certificate from an exec plugin rotates, and a kept connection would hold the old one.
+    if (this.agent && Date.now() - this.agentCreatedAt >= DISPATCHER_MAX_AGE_MS) {
+      // Requests in flight on the old one finish; close() waits for them.
+      void this.agent.close().catch(() => {});
+      this.agent = undefined;
+    }
+    if (!this.agent) this.agentCreatedAt = Date.now();
     this.agent ??= new Agent({
       allowH2: false,
       connect: {
