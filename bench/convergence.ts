@@ -3,8 +3,10 @@
 // Scenarios (one JSON object each on stdout):
 //   create: apply a size-3 EtcdCluster → Available with 3 voting members.
 //           reference: three etcd pods bootstrapped statically (--initial-cluster) → all Ready.
-//   heal:   delete one member pod of a healthy size-3 cluster → 3 healthy voting members again.
-//           reference: etcdctl-style member add + a new pod by hand → 3 healthy voting members.
+//   heal:   delete one member pod of a healthy size-3 cluster → 3 healthy voting members again,
+//           once with a follower's pod and once with the leader's (etcd must elect a new leader
+//           before any member can be removed or added, so the two are reported apart).
+//           reference: the same repair by hand, on a member in the same role → 3 healthy voters.
 // Runs against the local control plane; never part of the default tests.
 import { parseArgs } from "node:util";
 import { CustomObjectsApi, type V1Pod } from "@kubernetes/client-node";
@@ -21,7 +23,14 @@ import {
   VERSION,
 } from "../shared/api/etcd-cluster.ts";
 import { loadConfig } from "../shared/config.ts";
-import { addLearner, listMembers, promoteLearner, removeMember } from "../shared/etcd-members.ts";
+import {
+  addLearner,
+  endpointStatuses,
+  leaderId,
+  listMembers,
+  promoteLearner,
+  removeMember,
+} from "../shared/etcd-members.ts";
 import { DEFAULT_ETCD_VERSION } from "../shared/etcd-versions.ts";
 import { Kube } from "../shared/kube.ts";
 import { silentLogger } from "../shared/log.ts";
@@ -142,9 +151,22 @@ async function staticCreate(name: string): Promise<number> {
   });
 }
 
-async function operatorHeal(name: string): Promise<{ totalMs: number; firstActionMs: number }> {
-  const pods = await core.listNamespacedPod({ namespace: NS, labelSelector: `etcd_cluster=${name}` });
-  const victim = pods.items[0]?.metadata?.name ?? "";
+type Role = "follower" | "leader";
+
+/** The member pod in `role` (a member's name is its pod's name). */
+async function victimPod(name: string, role: Role): Promise<V1Pod> {
+  const pods = (await core.listNamespacedPod({ namespace: NS, labelSelector: `etcd_cluster=${name}` })).items;
+  const endpoints = pods.map((p) => `http://${p.status?.podIP}:2379`);
+  const statuses = await endpointStatuses(endpoints);
+  const leader = leaderId(statuses);
+  const index = statuses.findIndex((s) => (s.memberId === leader) === (role === "leader"));
+  const pod = pods[index];
+  if (!leader || !pod) throw new Error(`no ${role} found in ${name}`);
+  return pod;
+}
+
+async function operatorHeal(name: string, role: Role): Promise<{ totalMs: number; firstActionMs: number }> {
+  const victim = (await victimPod(name, role)).metadata?.name ?? "";
   const started = performance.now();
   await core.deleteNamespacedPod({ namespace: NS, name: victim, gracePeriodSeconds: 0 });
   // The first action is watched on its own, every 25 ms: checking it between health checks (which
@@ -169,17 +191,24 @@ async function operatorHeal(name: string): Promise<{ totalMs: number; firstActio
 }
 
 /** By hand: remove the dead member, add a learner, start its pod, promote it. */
-async function manualHeal(name: string): Promise<number> {
+async function manualHeal(name: string, role: Role): Promise<number> {
   const { owner, spec } = scripted(name);
-  const pods = await core.listNamespacedPod({ namespace: NS, labelSelector: `etcd_cluster=${name}` });
-  const victim = pods.items[0]?.metadata?.name ?? "";
+  const victimPodOf = await victimPod(name, role);
+  const victim = victimPodOf.metadata?.name ?? "";
   return timed(async () => {
     await core.deleteNamespacedPod({ namespace: NS, name: victim, gracePeriodSeconds: 0 });
     const endpoints = (await podEndpoints(`etcd_cluster=${name}`)).filter(
-      (e) => !pods.items[0]?.status?.podIP || !e.includes(`//${pods.items[0]?.status?.podIP}:`),
+      (e) => !victimPodOf.status?.podIP || !e.includes(`//${victimPodOf.status?.podIP}:`),
     );
     const dead = (await listMembers(endpoints)).find((m) => m.name === victim);
-    if (dead) await removeMember(endpoints, dead.id);
+    // Without a leader (the leader's pod was the one deleted) the remove waits for the election.
+    if (dead)
+      await waitFor(
+        "dead member removed",
+        async () =>
+          (await removeMember(endpoints, dead.id).catch(() => false)) === false ? undefined : true,
+        { timeoutMs: 60_000, intervalMs: 100 },
+      );
     const fresh = newMemberName(name);
     let added: Awaited<ReturnType<typeof addLearner>> | undefined;
     await waitFor(
@@ -216,20 +245,26 @@ async function manualHeal(name: string): Promise<number> {
 
 const loadBefore = load();
 const create = { operator: [] as number[], reference: [] as number[] };
-const heal = { operator: [] as number[], firstAction: [] as number[], reference: [] as number[] };
+const roles: Role[] = ["follower", "leader"];
+const heal = Object.fromEntries(
+  roles.map((role) => [
+    role,
+    { operator: [] as number[], firstAction: [] as number[], reference: [] as number[] },
+  ]),
+) as Record<Role, { operator: number[]; firstAction: number[]; reference: number[] }>;
 for (let i = 0; i < runs; i++) {
   create.reference.push(await staticCreate(`ref-${i}`));
   create.operator.push(await operatorCreate(`op-${i}`));
-  heal.reference.push(await manualHeal(`ref-${i}`));
-  const healed = await operatorHeal(`op-${i}`);
-  heal.operator.push(healed.totalMs);
-  heal.firstAction.push(healed.firstActionMs);
+  for (const role of roles) {
+    heal[role].reference.push(await manualHeal(`ref-${i}`, role));
+    const healed = await operatorHeal(`op-${i}`, role);
+    heal[role].operator.push(healed.totalMs);
+    heal[role].firstAction.push(healed.firstActionMs);
+  }
 }
 const loadAfter = load();
 const createOp = summary(create.operator);
 const createRef = summary(create.reference);
-const healOp = summary(heal.operator);
-const healRef = summary(heal.reference);
 const results = [
   {
     scenario: "create",
@@ -240,16 +275,25 @@ const results = [
     goal: 1.25,
     loadavg: { before: loadBefore, after: loadAfter },
   },
-  {
-    scenario: "heal",
-    runs,
-    operatorMs: healOp,
-    referenceMs: healRef,
-    firstActionMs: summary(heal.firstAction),
-    ratio: ratio(healOp.median, healRef.median),
-    goal: 1.25,
-    loadavg: { before: loadBefore, after: loadAfter },
-  },
+  ...roles.map((role) => {
+    const healOp = summary(heal[role].operator);
+    const healRef = summary(heal[role].reference);
+    return {
+      scenario: "heal",
+      lost: role,
+      runs,
+      operatorMs: healOp,
+      referenceMs: healRef,
+      firstActionMs: summary(heal[role].firstAction),
+      firstAction:
+        role === "leader"
+          ? "the MemberReplaced Event, sent once etcd removed the member: after the survivors elected a leader"
+          : "the MemberReplaced Event, sent once etcd removed the member",
+      ratio: ratio(healOp.median, healRef.median),
+      goal: 1.25,
+      loadavg: { before: loadBefore, after: loadAfter },
+    };
+  }),
 ];
 for (const r of results) process.stdout.write(`${JSON.stringify(r)}\n`);
 await operator.stop();
