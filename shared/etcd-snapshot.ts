@@ -39,7 +39,10 @@ export class SnapshotDigest extends Transform {
     this.#whole?.update(chunk);
     this.bytes += chunk.length;
     const database = this.#database;
-    if (!database) return done(null, chunk);
+    if (!database) {
+      done(null, chunk);
+      return;
+    }
     // Everything but the last 32 bytes seen so far belongs to the database. No copy of the chunk
     // (a snapshot is GiBs of them): only the ≤ 32-byte tail is carried over.
     if (chunk.length >= TRAILER) {
