@@ -14,6 +14,10 @@
 // writes, and every change that asked for it; the API server waits for its cache to catch up (and
 // answers 504 after ~3 s, when the read falls back to a quorum read). Without a floor (a new key, an
 // expired one, a version that is not a plain number) the read is a quorum read, as before.
+// A worker killed between a write and its raise leaves the floor behind that write: the watcher
+// raises it again for annotation changes (the marks steps leave), and the next reconcile of that
+// cluster comes only after the dead worker's lease expired, seconds after the write, while the
+// watch cache trails etcd by milliseconds.
 //
 // resourceVersions are opaque to clients in general; the API server keeps etcd's revision in them,
 // a decimal number, and only such values are compared here (anything else is never stored).
