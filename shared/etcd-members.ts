@@ -233,12 +233,22 @@ async function onFirstAnswering<T>(
   fallThrough: FallThrough,
   work: (client: Etcd3) => Promise<T>,
 ): Promise<T> {
+  return firstAnswer(endpoints, what, fallThrough, (endpoint) => withClient(endpoint, options, work));
+}
+
+/** The endpoint loop of onFirstAnswering, for any way of asking one endpoint (gRPC or the gateway). */
+async function firstAnswer<T>(
+  endpoints: readonly string[],
+  what: string,
+  fallThrough: FallThrough,
+  attempt: (endpoint: string) => Promise<T>,
+): Promise<T> {
   if (endpoints.length === 0) throw new Error(`${what}: no etcd endpoints given`);
   const failures: string[] = [];
   const errors: unknown[] = [];
   for (const endpoint of endpoints) {
     try {
-      return await withClient(endpoint, options, work);
+      return await attempt(endpoint);
     } catch (error) {
       if (fallThrough === "when-unanswered" && !isUnanswered(error)) {
         throw new Error(`${what} failed at ${endpoint}: ${etcdError(error)}`, { cause: error });
@@ -308,36 +318,22 @@ async function listMembersOverGateway(
   linearizable: boolean,
   options: EtcdClientOptions,
 ): Promise<MemberInfo[]> {
-  if (endpoints.length === 0) throw new Error("listing etcd members: no etcd endpoints given");
-  const failures: string[] = [];
-  const errors: unknown[] = [];
-  for (const endpoint of endpoints) {
-    try {
-      const body = (await fetchMemberJson(`${endpoint}/v3/cluster/member/list`, options, {
-        linearizable,
-      })) as {
-        members?: GatewayMember[];
+  return firstAnswer(endpoints, "listing etcd members", "on-any-error", async (endpoint) => {
+    const body = (await fetchMemberJson(`${endpoint}/v3/cluster/member/list`, options, { linearizable })) as {
+      members?: GatewayMember[];
+    };
+    if (!Array.isArray(body.members))
+      throw new Error(`not a MemberList answer: ${JSON.stringify(body).slice(0, 200)}`);
+    return body.members.map((member) => {
+      if (typeof member.ID !== "string") throw new Error(`a member without an ID: ${JSON.stringify(member)}`);
+      return {
+        id: member.ID,
+        name: member.name ?? "",
+        peerURLs: member.peerURLs ?? [],
+        clientURLs: member.clientURLs ?? [],
+        isLearner: member.isLearner === true,
       };
-      if (!Array.isArray(body.members))
-        throw new Error(`not a MemberList answer: ${JSON.stringify(body).slice(0, 200)}`);
-      return body.members.map((member) => {
-        if (typeof member.ID !== "string")
-          throw new Error(`a member without an ID: ${JSON.stringify(member)}`);
-        return {
-          id: member.ID,
-          name: member.name ?? "",
-          peerURLs: member.peerURLs ?? [],
-          clientURLs: member.clientURLs ?? [],
-          isLearner: member.isLearner === true,
-        };
-      });
-    } catch (error) {
-      failures.push(`${endpoint}: ${errorMessage(error)}`);
-      errors.push(error);
-    }
-  }
-  throw new Error(`listing etcd members: no etcd endpoint answered (${failures.join("; ")})`, {
-    cause: new AggregateError(errors),
+    });
   });
 }
 
