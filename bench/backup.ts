@@ -21,14 +21,10 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { pipeline } from "node:stream/promises";
 import { parseArgs, promisify } from "node:util";
-import { CustomObjectsApi } from "@kubernetes/client-node";
-import { installCrds } from "../infra/crds.ts";
 import { ensureAssets, etcdForMinor } from "../infra/local/assets.ts";
-import { startLocalCluster } from "../infra/local/control-plane.ts";
-import { clientsFor, waitFor } from "../infra/local/kube-wait.ts";
+import { waitFor } from "../infra/local/kube-wait.ts";
 import { GROUP, PLURAL, VERSION } from "../shared/api/etcd-cluster.ts";
 import { newestPatchOf } from "../shared/etcd-versions.ts";
-import { Kube } from "../shared/kube.ts";
 import { openS3Store } from "../shared/object-store/s3.ts";
 import {
   awsSecretData,
@@ -37,16 +33,11 @@ import {
   createSecret,
   deleteCustom,
   fillKeyspace,
+  startClusterWithStore,
   waitBackupOutcome,
   waitRestore,
 } from "../tests/helpers/backups.ts";
-import {
-  type ClusterClients,
-  createCluster,
-  etcdClient,
-  memberEndpoints,
-  waitReady,
-} from "../tests/helpers/clusters.ts";
+import { createCluster, etcdClient, memberEndpoints, waitReady } from "../tests/helpers/clusters.ts";
 import { type OperatorProcess, startOperatorProcess } from "../tests/helpers/operator-processes.ts";
 import { load, ratio, summary } from "./stats.ts";
 
@@ -68,13 +59,12 @@ const run = promisify(execFile);
 const mb = (n: number) => n / 1024 / 1024;
 const seconds = (since: number) => (performance.now() - since) / 1000;
 
-const cluster = await startLocalCluster({ name: "bench-backup", objectStore: true, log: () => {} });
-const s3 = cluster.s3;
-if (!s3) throw new Error("no object store");
-const { kc, core } = clientsFor(cluster.kubeconfigPath);
-const c: ClusterClients = { kube: new Kube(kc), core, custom: kc.makeApiClient(CustomObjectsApi) };
-await installCrds(kc);
-await s3.createBucket("bench");
+const {
+  local: cluster,
+  store: s3,
+  clients: c,
+} = await startClusterWithStore({ name: "bench-backup", bucket: "bench", log: () => {} });
+const { core } = c;
 await createSecret(c, NS, "aws", awsSecretData(s3));
 const quiet = { LOG_LEVEL: "info" };
 const processes: OperatorProcess[] = [

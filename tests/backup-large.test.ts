@@ -3,36 +3,28 @@
 // multipart upload and is never held whole. The worker runs as its own process (role worker), so
 // its RSS is what /proc says about that process alone.
 import { readFileSync } from "node:fs";
-import { CustomObjectsApi } from "@kubernetes/client-node";
 import t from "tap";
-import { installCrds } from "../infra/crds.ts";
-import { startLocalCluster } from "../infra/local/control-plane.ts";
-import { clientsFor } from "../infra/local/kube-wait.ts";
 import { newestPatchOf } from "../shared/etcd-versions.ts";
-import { Kube } from "../shared/kube.ts";
 import {
   awsSecretData,
   createBackup,
   createSecret,
   fillKeyspace,
+  startClusterWithStore,
   waitBackupOutcome,
 } from "./helpers/backups.ts";
-import { type ClusterClients, createCluster, etcdClient, waitReady } from "./helpers/clusters.ts";
+import { createCluster, etcdClient, waitReady } from "./helpers/clusters.ts";
 import { type OperatorProcess, startOperatorProcess } from "./helpers/operator-processes.ts";
 
 const NS = "default";
 const GIB = 1024 * 1024 * 1024;
 const LIMIT_MIB = 64;
 
-const cluster = await startLocalCluster({ name: "e2e-backup-big", objectStore: true });
-t.teardown(() => cluster.stop());
-const s3 = cluster.s3;
-if (!s3) throw new Error("the local cluster started without its object store");
-const { kc, core } = clientsFor(cluster.kubeconfigPath);
-const custom = kc.makeApiClient(CustomObjectsApi);
-const c: ClusterClients = { kube: new Kube(kc), core, custom };
-await installCrds(kc);
-await s3.createBucket("big");
+const {
+  local: cluster,
+  store: s3,
+  clients: c,
+} = await startClusterWithStore({ name: "e2e-backup-big", bucket: "big" }, (stop) => t.teardown(stop));
 await createSecret(c, NS, "aws", awsSecretData(s3));
 
 const processes: OperatorProcess[] = [

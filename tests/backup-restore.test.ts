@@ -7,17 +7,13 @@
 import { createHash, randomBytes } from "node:crypto";
 import { join } from "node:path";
 import { GetObjectCommand, ListObjectsV2Command, PutObjectCommand, type S3Client } from "@aws-sdk/client-s3";
-import { CustomObjectsApi } from "@kubernetes/client-node";
 import t, { type Test } from "tap";
-import { installCrds } from "../infra/crds.ts";
-import { startLocalCluster } from "../infra/local/control-plane.ts";
-import { clientsFor, waitFor } from "../infra/local/kube-wait.ts";
+import { waitFor } from "../infra/local/kube-wait.ts";
 import { startOssServer } from "../infra/local/oss-server.ts";
 import { BACKUP_PLURAL } from "../shared/api/etcd-backup.ts";
 import { GROUP, PLURAL, RESTORE_ANNOTATION, VERSION } from "../shared/api/etcd-cluster.ts";
 import { RESTORE_PLURAL } from "../shared/api/etcd-restore.ts";
 import { newestPatchOf } from "../shared/etcd-versions.ts";
-import { Kube } from "../shared/kube.ts";
 import {
   awsSecretData,
   createBackup,
@@ -25,28 +21,24 @@ import {
   createSecret,
   deleteCustom,
   eventsOf,
+  startClusterWithStore,
   waitBackupOutcome,
   waitRestore,
 } from "./helpers/backups.ts";
-import { type ClusterClients, createCluster, etcdClient, getCluster, waitReady } from "./helpers/clusters.ts";
+import { createCluster, etcdClient, getCluster, waitReady } from "./helpers/clusters.ts";
 import { type OperatorProcess, startOperatorProcess } from "./helpers/operator-processes.ts";
 
 const NS = "default";
 const V36 = newestPatchOf("3.6") ?? "";
 const KEYS = 10_000;
 
-const cluster = await startLocalCluster({ name: "e2e-backup", objectStore: true });
-t.teardown(() => cluster.stop());
-const s3Store = cluster.s3;
-if (!s3Store) throw new Error("the local cluster started without its object store");
-const { kc, core } = clientsFor(cluster.kubeconfigPath);
-const custom = kc.makeApiClient(CustomObjectsApi);
-const kube = new Kube(kc);
-const c: ClusterClients = { kube, core, custom };
-await installCrds(kc);
-
 const S3_BUCKET = "backups";
-await s3Store.createBucket(S3_BUCKET);
+const {
+  local: cluster,
+  store: s3Store,
+  clients: c,
+} = await startClusterWithStore({ name: "e2e-backup", bucket: S3_BUCKET }, (stop) => t.teardown(stop));
+const { core, custom, kube } = c;
 const s3: S3Client = s3Store.client();
 t.teardown(() => s3.destroy());
 

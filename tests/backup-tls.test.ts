@@ -2,27 +2,25 @@
 // `clientTLSSecret`: the snapshot is taken with that client certificate and lands in S3; without
 // the Secret the backup fails with a reason, and a Secret that is not a client certificate is
 // refused before any member is asked.
-import { CustomObjectsApi } from "@kubernetes/client-node";
 import t from "tap";
-import { installCrds } from "../infra/crds.ts";
-import { startLocalCluster } from "../infra/local/control-plane.ts";
-import { clientsFor } from "../infra/local/kube-wait.ts";
-import { Kube } from "../shared/kube.ts";
 import { createCertificateAuthority, issueCertificate } from "../shared/pki.ts";
-import { awsSecretData, createBackup, createSecret, waitBackupOutcome } from "./helpers/backups.ts";
-import { type ClusterClients, createCluster, waitReady } from "./helpers/clusters.ts";
+import {
+  awsSecretData,
+  createBackup,
+  createSecret,
+  startClusterWithStore,
+  waitBackupOutcome,
+} from "./helpers/backups.ts";
+import { createCluster, waitReady } from "./helpers/clusters.ts";
 import { type OperatorProcess, startOperatorProcess } from "./helpers/operator-processes.ts";
 
 const NS = "default";
 const NAME = "vault";
-const cluster = await startLocalCluster({ name: "e2e-backup-tls", objectStore: true });
-t.teardown(() => cluster.stop());
-const store = cluster.s3;
-if (!store) throw new Error("the local cluster started without its object store");
-const { kc, core } = clientsFor(cluster.kubeconfigPath);
-const c: ClusterClients = { kube: new Kube(kc), core, custom: kc.makeApiClient(CustomObjectsApi) };
-await installCrds(kc);
-await store.createBucket("backups");
+const {
+  local: cluster,
+  store,
+  clients: c,
+} = await startClusterWithStore({ name: "e2e-backup-tls", bucket: "backups" }, (stop) => t.teardown(stop));
 await createSecret(c, NS, "aws", awsSecretData(store));
 const processes: OperatorProcess[] = [startOperatorProcess(cluster, "all")];
 t.teardown(async () => {

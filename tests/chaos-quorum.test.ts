@@ -8,16 +8,19 @@
 //   nothing acknowledged is lost;
 // - every member lost and no backup: the cluster is Failed, says what to do, and nothing is
 //   started in its place (no empty cluster under the old name).
-import { CustomObjectsApi } from "@kubernetes/client-node";
 import t from "tap";
-import { installCrds } from "../infra/crds.ts";
-import { startLocalCluster } from "../infra/local/control-plane.ts";
-import { clientsFor, waitFor } from "../infra/local/kube-wait.ts";
+import { waitFor } from "../infra/local/kube-wait.ts";
 import { newestPatchOf } from "../shared/etcd-versions.ts";
-import { Kube } from "../shared/kube.ts";
-import { awsSecretData, createBackup, createSecret, eventsOf, waitBackupOutcome } from "./helpers/backups.ts";
+import {
+  awsSecretData,
+  createBackup,
+  createSecret,
+  eventsOf,
+  startClusterWithStore,
+  waitBackupOutcome,
+} from "./helpers/backups.ts";
 import { endpointsOf, livePods, waitConverged } from "./helpers/chaos.ts";
-import { type ClusterClients, createCluster, getCluster, waitReady } from "./helpers/clusters.ts";
+import { createCluster, getCluster, waitReady } from "./helpers/clusters.ts";
 import { type OperatorProcess, startOperatorProcess } from "./helpers/operator-processes.ts";
 import { missingWrites, startWriter } from "./helpers/writer.ts";
 
@@ -26,14 +29,12 @@ const V36 = newestPatchOf("3.6") ?? "";
 /** From the loss to a whole cluster again: the restore verifies the backup, then every member restores from it. */
 const BOUND_MS = 240_000;
 
-const local = await startLocalCluster({ name: "e2e-chaosquorum", objectStore: true });
-t.teardown(() => local.stop());
-const store = local.s3;
-if (!store) throw new Error("the local cluster started without its object store");
-const { kc, core } = clientsFor(local.kubeconfigPath);
-const c: ClusterClients = { kube: new Kube(kc), core, custom: kc.makeApiClient(CustomObjectsApi) };
-await installCrds(kc);
-await store.createBucket("backups");
+const {
+  local,
+  store,
+  clients: c,
+} = await startClusterWithStore({ name: "e2e-chaosquorum", bucket: "backups" }, (stop) => t.teardown(stop));
+const { core } = c;
 await createSecret(c, NS, "aws", awsSecretData(store));
 const processes: OperatorProcess[] = [
   startOperatorProcess(local, "all", { OPERATOR_IMAGE: "localhost/etcd-operator:dev" }),

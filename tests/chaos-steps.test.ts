@@ -23,11 +23,8 @@
 // (watcher, scheduler, one worker) on its own Redis database, so a kill in one never touches the
 // other: most of each case is waiting for a killed worker's lease and job lock to lapse.
 import { setTimeout as sleep } from "node:timers/promises";
-import { CustomObjectsApi } from "@kubernetes/client-node";
 import t, { type Test } from "tap";
-import { installCrds } from "../infra/crds.ts";
-import { startLocalCluster } from "../infra/local/control-plane.ts";
-import { clientsFor, waitFor } from "../infra/local/kube-wait.ts";
+import { waitFor } from "../infra/local/kube-wait.ts";
 import {
   ALLOW_DOWNGRADE_ANNOTATION,
   GROUP,
@@ -40,10 +37,17 @@ import {
 import { validateEtcdClusterSpec } from "../shared/api/validate-etcd-cluster.ts";
 import { endpointStatuses, listMembers } from "../shared/etcd-members.ts";
 import { minorOf, newestPatchOf } from "../shared/etcd-versions.ts";
-import { Kube, MERGE_PATCH } from "../shared/kube.ts";
+import { MERGE_PATCH } from "../shared/kube.ts";
 import { memberClaimName, newMemberName } from "../shared/member-pods.ts";
 import { memberPeerURL } from "../shared/member-tls.ts";
-import { awsSecretData, createBackup, createSecret, eventsOf, waitBackupOutcome } from "./helpers/backups.ts";
+import {
+  awsSecretData,
+  createBackup,
+  createSecret,
+  eventsOf,
+  startClusterWithStore,
+  waitBackupOutcome,
+} from "./helpers/backups.ts";
 import {
   CHAOS_OPERATOR_ENV,
   endpointsOf,
@@ -60,7 +64,7 @@ import {
   type Target,
   waitConverged,
 } from "./helpers/chaos.ts";
-import { type ClusterClients, createCluster, etcdClient, getCluster, patchSpec } from "./helpers/clusters.ts";
+import { createCluster, etcdClient, getCluster, patchSpec } from "./helpers/clusters.ts";
 import type { OperatorProcess } from "./helpers/operator-processes.ts";
 import { chooser, seedFrom } from "./helpers/random.ts";
 import { missingWrites, startWriter, type Writer, type WriterResult } from "./helpers/writer.ts";
@@ -81,14 +85,12 @@ const QUORUM_BOUND_MS = 240_000;
  */
 const RESTORE_BOUND_MS = 360_000;
 
-const local = await startLocalCluster({ name: "e2e-chaossteps", objectStore: true });
-t.teardown(() => local.stop());
-const store = local.s3;
-if (!store) throw new Error("the local cluster started without its object store");
-const { kc, core } = clientsFor(local.kubeconfigPath);
-const c: ClusterClients = { kube: new Kube(kc), core, custom: kc.makeApiClient(CustomObjectsApi) };
-await installCrds(kc);
-await store.createBucket("backups");
+const {
+  local,
+  store,
+  clients: c,
+} = await startClusterWithStore({ name: "e2e-chaossteps", bucket: "backups" }, (stop) => t.teardown(stop));
+const { core } = c;
 await core.createNamespace({ body: { metadata: { name: "quorum" } } });
 await createSecret(c, "quorum", "aws", awsSecretData(store));
 const storeEndpoint = store.endpoint;

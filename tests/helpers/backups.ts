@@ -1,12 +1,49 @@
 // What end-to-end tests and benchmarks do with EtcdBackups and EtcdRestores: create them, wait for
 // their outcome, read their Events, and fill a cluster with data to back up.
 import { randomBytes } from "node:crypto";
+import { CustomObjectsApi, type KubeConfig } from "@kubernetes/client-node";
 import type { Etcd3 } from "etcd3";
-import { waitFor } from "../../infra/local/kube-wait.ts";
+import { installCrds } from "../../infra/crds.ts";
+import {
+  type LocalCluster,
+  type LocalClusterOptions,
+  startLocalCluster,
+} from "../../infra/local/control-plane.ts";
+import { clientsFor, waitFor } from "../../infra/local/kube-wait.ts";
+import type { ObjectStore } from "../../infra/local/object-store.ts";
 import { BACKUP_PLURAL, type EtcdBackup } from "../../shared/api/etcd-backup.ts";
 import { GROUP, VERSION } from "../../shared/api/etcd-cluster.ts";
 import { type EtcdRestore, RESTORE_PLURAL } from "../../shared/api/etcd-restore.ts";
+import { Kube } from "../../shared/kube.ts";
 import type { ClusterClients } from "./clusters.ts";
+
+export interface ClusterWithStore {
+  local: LocalCluster;
+  store: ObjectStore;
+  kc: KubeConfig;
+  clients: ClusterClients;
+}
+
+/**
+ * What every backup test starts from: a local cluster with its S3 store, clients, our CRDs and an
+ * empty bucket. `teardown` is handed the stop as soon as the cluster runs, so a failure in the rest
+ * of the set-up still stops it.
+ */
+export async function startClusterWithStore(
+  options: Omit<LocalClusterOptions, "objectStore"> & { name: string; bucket: string },
+  teardown?: (stop: () => Promise<void>) => void,
+): Promise<ClusterWithStore> {
+  const { bucket, ...clusterOptions } = options;
+  const local = await startLocalCluster({ ...clusterOptions, objectStore: true });
+  teardown?.(() => local.stop());
+  const store = local.s3;
+  if (!store) throw new Error("the local cluster started without its object store");
+  const { kc, core } = clientsFor(local.kubeconfigPath);
+  const clients: ClusterClients = { kube: new Kube(kc), core, custom: kc.makeApiClient(CustomObjectsApi) };
+  await installCrds(kc);
+  await store.createBucket(bucket);
+  return { local, store, kc, clients };
+}
 
 export async function createBackup(
   c: ClusterClients,
