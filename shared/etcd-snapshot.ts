@@ -21,22 +21,22 @@ export interface DigestChecks {
 }
 
 export class SnapshotDigest extends Transform {
-  // Each check is a SHA-256 pass over GiBs (~0.8 s per GiB here), so a reader that needs only
-  // one asks for only one: a matching whole-object hash already proves the trailer that was
-  // checked when the backup was taken.
-  #whole: Hash | undefined;
+  // One SHA-256 pass (~0.8 s per GiB here) gives both checks: the pass covers every byte but the
+  // last 32 (etcd's database), and the whole-object hash is that state continued with those 32
+  // bytes. The bytes are never hashed twice, whichever checks are asked for.
   #database: Hash | undefined;
+  #checks: Required<DigestChecks>;
   #tail: Buffer = Buffer.alloc(0);
   bytes = 0;
 
   constructor(checks: DigestChecks = {}) {
     super();
-    this.#whole = checks.wholeHash === false ? undefined : createHash("sha256");
-    this.#database = checks.trailer === false ? undefined : createHash("sha256");
+    this.#checks = { wholeHash: checks.wholeHash !== false, trailer: checks.trailer !== false };
+    // Asked for neither (etcdutl checks the trailer itself), it only counts the bytes.
+    if (this.#checks.wholeHash || this.#checks.trailer) this.#database = createHash("sha256");
   }
 
   override _transform(chunk: Buffer, _encoding: BufferEncoding, done: TransformCallback): void {
-    this.#whole?.update(chunk);
     this.bytes += chunk.length;
     const database = this.#database;
     if (!database) {
@@ -63,12 +63,14 @@ export class SnapshotDigest extends Transform {
    * undefined when that check was not asked for.
    */
   result(): { sha256: string | undefined; size: number; trailerValid: boolean | undefined } {
-    const trailerValid = this.#database
-      ? this.#tail.length === TRAILER &&
-        this.bytes > TRAILER &&
-        this.#database.copy().digest().equals(this.#tail)
-      : undefined;
-    return { sha256: this.#whole?.copy().digest("hex"), size: this.bytes, trailerValid };
+    const database = this.#database;
+    const trailerValid =
+      database && this.#checks.trailer
+        ? this.#tail.length === TRAILER && this.bytes > TRAILER && database.copy().digest().equals(this.#tail)
+        : undefined;
+    const sha256 =
+      database && this.#checks.wholeHash ? database.copy().update(this.#tail).digest("hex") : undefined;
+    return { sha256, size: this.bytes, trailerValid };
   }
 }
 

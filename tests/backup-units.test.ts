@@ -114,6 +114,16 @@ t.test("the snapshot digest checks etcd's trailer across any chunking", async (t
   t.notOk((await digestOf(corrupted)).trailerValid, "one flipped byte");
   t.notOk((await digestOf(Buffer.alloc(0))).trailerValid, "empty");
   t.notOk((await digestOf(snapshot.subarray(0, 32))).trailerValid, "trailer only");
+  // The whole-object hash continues the database's pass with the held-back tail: right for any
+  // length, including those shorter than a trailer.
+  for (const length of [0, 1, 31, 32, 33, 1000]) {
+    const bytes = snapshot.subarray(0, length);
+    t.equal(
+      (await digestOf(bytes, 7)).sha256,
+      createHash("sha256").update(bytes).digest("hex"),
+      `whole-object hash of ${length} bytes`,
+    );
+  }
 });
 
 t.test("a digest asked for one check makes only that one", async (t) => {
@@ -278,6 +288,7 @@ t.test("the restore seed pod restores before etcd starts, with credentials as a 
   const restore = pod.spec?.initContainers?.[1]?.command ?? [];
   t.ok(restore.includes("--initial-cluster=c-abc=http://c-abc.c.default.svc:2380"));
   t.ok(restore.includes("--initial-cluster-token=c-restore-uid"));
+  t.ok(restore.includes("--skip-hash-check"), "the fetch compares the verified SHA-256: one hash pass");
   t.equal(pod.spec?.containers[0]?.name, "etcd", "the member container is unchanged");
 });
 
@@ -303,6 +314,7 @@ t.test("seed members restored at once share the new cluster's whole membership",
     ),
   );
   t.ok(restore.includes("--name=c-b"));
+  t.notOk(restore.includes("--skip-hash-check"), "no SHA-256 to compare: etcdutl checks the trailer");
   t.ok(restore.includes("--initial-advertise-peer-urls=http://c-b.c.default.svc:2380"));
 });
 
