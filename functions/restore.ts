@@ -92,9 +92,9 @@ async function verifyBackup(restore: EtcdRestore, deps: RestoreDeps): Promise<Et
     if (!key) throw new RestoreFailed(`no backup at ${where} (nor periodic backups under that path)`);
     const path = `${store.kind.toLowerCase()}://${store.bucket}/${key}`;
     const metadata = parseMetadata(await readText(store, `${key}${META_SUFFIX}`));
-    // With the backup's metadata, its whole-object SHA-256 is compared (the trailer was checked
-    // when the backup was taken); without (a snapshot stored by other means), etcd's trailer.
-    const digest = new SnapshotDigest(metadata ? { trailer: false } : { wholeHash: false });
+    // One pass gives both checks: the whole-object SHA-256 against the backup's metadata (when
+    // there is some), and etcd's trailer. The seeds compare that SHA-256 rather than hash again.
+    const digest = new SnapshotDigest();
     const discard = new Writable({ write: (_chunk, _encoding, done) => done() });
     await pipeline(await store.download(key), digest, discard);
     const result = digest.result();
@@ -108,7 +108,7 @@ async function verifyBackup(restore: EtcdRestore, deps: RestoreDeps): Promise<Et
         `backup ${path} is truncated: ${result.size} bytes, the backup recorded ${metadata.size}`,
       );
     }
-    if (!metadata && !result.trailerValid) {
+    if (!result.trailerValid) {
       throw new RestoreFailed(
         `backup ${path} is corrupt or truncated: etcd's snapshot hash does not match its data`,
       );

@@ -1,8 +1,10 @@
 // The seed member of a restore: an ordinary member pod with three init containers in front of
 // etcd, which turn a backup object into its data dir before etcd starts:
-//   1. fetch-backup (operator image): download the object, check its SHA-256 and etcd's trailer;
+//   1. fetch-backup (operator image): download the object and, when the operator passes the
+//      SHA-256 it verified, compare it;
 //   2. restore-snapshot (the cluster's etcd image): `etcdutl snapshot restore` into a staging dir,
-//      with the new member's name, peer URL and a cluster token of its own;
+//      with the new member's name, peer URL and a cluster token of its own. It checks etcd's
+//      trailer unless step 1 already proved the bytes (each check is a pass over GiBs);
 //   3. install-data-dir (operator image): move the staging dir into place unless a data dir is
 //      there already (a re-run after the member took writes must not roll them back).
 // The credentials reach the pod as a Secret volume, never as plain env values.
@@ -103,6 +105,15 @@ function fetchContainer(source: RestoreSource | MemberSource, operatorImage: str
   };
 }
 
+/**
+ * Whether the fetch container proves the bytes itself: the SHA-256 the operator verified (equal
+ * bytes carry the trailer that was checked when the backup was taken), or a member's snapshot,
+ * whose trailer the fetch checks as it streams. Then `etcdutl` need not hash them again.
+ */
+export function fetchProvesBytes(source: RestoreSource | MemberSource): boolean {
+  return source.storageType === "Member" || Boolean(source.sha256);
+}
+
 export function restoreSeedPod(input: RestoreSeedInput): V1Pod {
   const { source } = input;
   const dataMount = { name: "etcd-data", mountPath: "/var/etcd" };
@@ -121,6 +132,8 @@ export function restoreSeedPod(input: RestoreSeedInput): V1Pod {
       `--initial-advertise-peer-urls=${input.peerURL}`,
       `--initial-cluster-token=${input.clusterToken}`,
       `--data-dir=${STAGING_DATA_DIR}`,
+      // Still strips the trailer; it only skips the second SHA-256 pass.
+      ...(fetchProvesBytes(source) ? ["--skip-hash-check"] : []),
     ],
     volumeMounts: [dataMount],
   };
