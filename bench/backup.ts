@@ -219,6 +219,7 @@ async function operatorRestore(key: string): Promise<{
   serving: number;
   phases: Record<string, number>;
   etcdStartedSeconds: number[];
+  initContainers: Record<string, [number, number][]>;
 }> {
   await deleteCustom(c, NS, "etcdrestores", NAME).catch(() => undefined);
   await c.custom.deleteNamespacedCustomObject({
@@ -271,10 +272,21 @@ async function operatorRestore(key: string): Promise<{
     .filter((at): at is Date => at !== undefined)
     .map((at) => Number(((new Date(at).getTime() - wall) / 1000).toFixed(1)))
     .sort((a, b) => a - b);
+  // Each seed's init containers (fetch, etcdutl restore, install): when each ran, from the request.
+  const at = (time: Date | string | undefined) =>
+    time === undefined ? Number.NaN : Number(((new Date(time).getTime() - wall) / 1000).toFixed(1));
+  const initContainers: Record<string, [number, number][]> = {};
+  for (const pod of pods.items) {
+    for (const status of pod.status?.initContainerStatuses ?? []) {
+      const ran = status.state?.terminated;
+      if (!ran) continue;
+      (initContainers[status.name] ??= []).push([at(ran.startedAt), at(ran.finishedAt)]);
+    }
+  }
   progress(
-    `restore trace: phases first seen at ${JSON.stringify(phases)} s; etcd started at ${etcdStartedSeconds.join(", ")} s`,
+    `restore trace: phases first seen at ${JSON.stringify(phases)} s; init containers ${JSON.stringify(initContainers)}; etcd started at ${etcdStartedSeconds.join(", ")} s`,
   );
-  return { completed, serving, phases, etcdStartedSeconds };
+  return { completed, serving, phases, etcdStartedSeconds, initContainers };
 }
 
 const loadBefore = load();
@@ -285,7 +297,11 @@ const figures = {
   rssGrowthMiB: [] as number[],
   restore: [] as number[],
   restoreCompleted: [] as number[],
-  restoreTraces: [] as { phases: Record<string, number>; etcdStartedSeconds: number[] }[],
+  restoreTraces: [] as {
+    phases: Record<string, number>;
+    etcdStartedSeconds: number[];
+    initContainers: Record<string, [number, number][]>;
+  }[],
   manualRestore: [] as number[],
 };
 let snapshotBytes = 0;
@@ -314,7 +330,11 @@ try {
     const restored = await operatorRestore(`bench-${round}.db`);
     figures.restore.push(restored.serving);
     figures.restoreCompleted.push(restored.completed);
-    figures.restoreTraces.push({ phases: restored.phases, etcdStartedSeconds: restored.etcdStartedSeconds });
+    figures.restoreTraces.push({
+      phases: restored.phases,
+      etcdStartedSeconds: restored.etcdStartedSeconds,
+      initContainers: restored.initContainers,
+    });
     progress(
       `run ${round + 1}/${runs}: restore by hand ${figures.manualRestore.at(-1)?.toFixed(1)} s, operator ${restored.serving.toFixed(1)} s`,
     );

@@ -66,6 +66,31 @@ function rssMiB(pid: number | undefined): number {
   return Math.round(Number(match?.[1] ?? 0) / 1024);
 }
 
+/**
+ * Where a process's resident memory is: /proc's split into anonymous and file-backed pages, and
+ * V8's own account from its /metrics (heap used and reserved by space, external buffers).
+ */
+async function memoryOf(pid: number | undefined, port: number): Promise<Record<string, number>> {
+  const mib = (bytes: number) => Number((bytes / 1024 / 1024).toFixed(1));
+  const rollup = pid === undefined ? "" : readFileSync(`/proc/${pid}/smaps_rollup`, "utf8");
+  const kb = (field: string) =>
+    Number(new RegExp(`^${field}:\\s+(\\d+) kB`, "m").exec(rollup)?.[1] ?? 0) * 1024;
+  const memory: Record<string, number> = {
+    anonymous: mib(kb("Anonymous")),
+    file: mib(kb("Rss") - kb("Anonymous")),
+  };
+  const text = await (await fetch(`http://127.0.0.1:${port}/metrics`)).text();
+  for (const line of text.split("\n")) {
+    const match =
+      /^nodejs_(heap_size_used|heap_size_total|external_memory)_bytes (\S+)$/.exec(line) ??
+      /^nodejs_heap_space_size_(used|total)_bytes\{space="([^"]+)"\} (\S+)$/.exec(line);
+    if (!match) continue;
+    if (match.length === 3) memory[match[1] ?? ""] = mib(Number(match[2]));
+    else memory[`${match[2]} ${match[1]}`] = mib(Number(match[3]));
+  }
+  return memory;
+}
+
 /** CPU seconds (user + system) a process has used so far. */
 function cpuSeconds(pid: number | undefined): number {
   if (pid === undefined) return Number.NaN;
@@ -188,7 +213,12 @@ try {
     LOG_LEVEL: "warn",
     ...(process.env.WORKER_CONCURRENCY ? { WORKER_CONCURRENCY: process.env.WORKER_CONCURRENCY } : {}),
   };
-  const watcher = startOperatorProcess(cluster, "watcher", quiet);
+  const watcherPort = 19_399;
+  const watcher = startOperatorProcess(cluster, "watcher", {
+    ...quiet,
+    METRICS_PORT: String(watcherPort),
+    METRICS_REQUIRE_AUTH: "false",
+  });
   processes.push(watcher);
   // Each worker serves its own /metrics, where the step durations are read from.
   const metricsPorts = Array.from({ length: WORKERS }, (_, i) => 19_400 + i);
@@ -320,6 +350,10 @@ try {
       goalP99Ms: 20,
       rssMiB: { watcher: rssMiB(watcher.child.pid), workers: workers.map((w) => rssMiB(w.child.pid)) },
       goalRssMiB: 150,
+      memoryMiB: {
+        watcher: await memoryOf(watcher.child.pid, watcherPort),
+        workers: await Promise.all(workers.map((w, i) => memoryOf(w.child.pid, metricsPorts[i] ?? 0))),
+      },
       cpuMsPerReconcile: {
         ...cpuMsPerReconcile,
         total: Number(
