@@ -280,7 +280,10 @@ async function operatorRestore(key: string): Promise<{
     for (const status of pod.status?.initContainerStatuses ?? []) {
       const ran = status.state?.terminated;
       if (!ran) continue;
-      (initContainers[status.name] ??= []).push([at(ran.startedAt), at(ran.finishedAt)]);
+      initContainers[status.name] = [
+        ...(initContainers[status.name] ?? []),
+        [at(ran.startedAt), at(ran.finishedAt)],
+      ];
     }
   }
   progress(
