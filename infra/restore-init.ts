@@ -18,9 +18,7 @@ import {
 import { join } from "node:path";
 import { pipeline } from "node:stream/promises";
 import type { BackupStorageType } from "../shared/api/etcd-backup.ts";
-import { openSnapshot, SnapshotDigest } from "../shared/etcd-snapshot.ts";
-import { openStore } from "../shared/object-store/index.ts";
-import { RESTORE_DIR, SECRET_DIR, SNAPSHOT_FILE, STAGING_DATA_DIR } from "../shared/restore-pods.ts";
+import { RESTORE_DIR, SECRET_DIR, SNAPSHOT_FILE, STAGING_DATA_DIR } from "../shared/restore-paths.ts";
 
 function required(env: NodeJS.ProcessEnv, name: string): string {
   const value = env[name];
@@ -53,6 +51,7 @@ async function fetchFromMember(endpoint: string, env: NodeJS.ProcessEnv): Promis
         serverName: env.MEMBER_SERVER_NAME || undefined,
       }
     : undefined;
+  const { openSnapshot, SnapshotDigest } = await import("../shared/etcd-snapshot.ts");
   const snapshot = await openSnapshot(endpoint, { timeoutMs: 10_000, tls });
   const digest = new SnapshotDigest({ wholeHash: false });
   try {
@@ -85,6 +84,9 @@ async function fetchBackup(env: NodeJS.ProcessEnv): Promise<void> {
           },
         }
       : { oss: { path, ossSecret: secretName, endpoint: env.OSS_ENDPOINT || undefined } };
+  // Loaded here, not at the top: `install` needs neither (see shared/restore-paths.ts).
+  const { SnapshotDigest } = await import("../shared/etcd-snapshot.ts");
+  const { openStore } = await import("../shared/object-store/index.ts");
   const { store, key } = await openStore(type, sections, async () => readMountedSecret(secretDir));
   try {
     console.log(`fetching ${store.kind.toLowerCase()}://${store.bucket}/${key}`);

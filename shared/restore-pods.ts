@@ -10,11 +10,8 @@
 // The credentials reach the pod as a Secret volume, never as plain env values.
 import type { V1Container, V1EnvVar, V1Pod } from "@kubernetes/client-node";
 import { DATA_DIR } from "./member-pods.ts";
+import { SECRET_DIR, SNAPSHOT_FILE, STAGING_DATA_DIR } from "./restore-paths.ts";
 
-export const RESTORE_DIR = "/var/etcd/restore";
-export const SNAPSHOT_FILE = `${RESTORE_DIR}/snapshot.db`;
-export const STAGING_DATA_DIR = `${RESTORE_DIR}/data`;
-export const SECRET_DIR = "/etc/etcd-backup-secret";
 const SECRET_VOLUME = "backup-secret";
 /** Where the operator image (Dockerfile, distroless Node) has node; it is not on PATH there. */
 export const OPERATOR_IMAGE_NODE = "/nodejs/bin/node";
