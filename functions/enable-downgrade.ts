@@ -3,6 +3,7 @@
 // storage version) to the target minor, after which members can be replaced by the older release
 // one at a time; etcd ends the downgrade by itself once every member runs it.
 import { DowngradeAction } from "etcd3";
+import { fetchClusterVersion } from "../shared/etcd-http.ts";
 import { createEtcdClient } from "../shared/etcd-members.ts";
 import { minorOf } from "../shared/etcd-versions.ts";
 import { memberEndpoints, type StepDeps, type StepInput, type StepOutcome } from "./step.ts";
@@ -19,6 +20,33 @@ export function downgradeAlreadyEnabled(error: unknown): boolean {
     if (e.message.includes("cluster has a downgrade job in progress")) return true;
   }
   return false;
+}
+
+/** Whether etcd refused the target because it is not one minor below the cluster version. */
+export function downgradeTargetRefused(error: unknown): boolean {
+  for (let e: unknown = error; e instanceof Error; e = e.cause) {
+    if (e.message.includes("invalid downgrade target version")) return true;
+  }
+  return false;
+}
+
+/**
+ * etcd checks the target before it checks for a downgrade in progress: once the leader has
+ * lowered the cluster version to the target's minor (an earlier try enabled the downgrade and the
+ * worker was killed before it could say so, or the plan looked just before the leader acted), a
+ * new Validate answers "invalid downgrade target version". The cluster version at the target
+ * minor is the state this step wants.
+ */
+export function downgradeUnderWay(
+  error: unknown,
+  clusterVersion: string | undefined,
+  target: string,
+): boolean {
+  return (
+    downgradeTargetRefused(error) &&
+    clusterVersion !== undefined &&
+    minorOf(clusterVersion) === minorOf(target)
+  );
 }
 
 export async function enableDowngrade(
@@ -39,6 +67,8 @@ export async function enableDowngrade(
     // Enabled already (by an earlier try): wait for the leader to lower the cluster version, and
     // announce nothing again.
     if (downgradeAlreadyEnabled(error)) return { requeueAfterMs: 1_000 };
+    if (downgradeUnderWay(error, await fetchClusterVersion(endpoint, deps.etcd), target))
+      return { requeueAfterMs: 1_000 };
     throw new Error(
       `etcd refused to downgrade to ${version}: ${error instanceof Error ? error.message : String(error)}`,
       { cause: error },

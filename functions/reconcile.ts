@@ -15,13 +15,8 @@ import {
 } from "../shared/api/etcd-cluster.ts";
 import { validateEtcdClusterSpec } from "../shared/api/validate-etcd-cluster.ts";
 import { type Condition, setCondition } from "../shared/conditions.ts";
-import { fetchMemberJson } from "../shared/etcd-http.ts";
-import {
-  type EndpointStatus,
-  type EtcdClientOptions,
-  endpointStatuses,
-  listMembers,
-} from "../shared/etcd-members.ts";
+import { fetchClusterVersion } from "../shared/etcd-http.ts";
+import { type EndpointStatus, endpointStatuses, listMembers } from "../shared/etcd-members.ts";
 import { memberSelector } from "../shared/kube.ts";
 import {
   BOOTSTRAP_ANNOTATION,
@@ -102,19 +97,6 @@ function claimView(claim: V1PersistentVolumeClaim): ClaimView[] {
   const name = claim.metadata?.name ?? "";
   const member = claim.metadata?.labels?.[MEMBER_LABEL] ?? memberNameOfClaim(name);
   return member ? [{ name, member, terminating: claim.metadata?.deletionTimestamp !== undefined }] : [];
-}
-
-/** etcd's cluster version from a member's /version endpoint ({"etcdcluster": "3.6.0"}). */
-async function fetchClusterVersion(
-  endpoint: string,
-  options: EtcdClientOptions,
-): Promise<string | undefined> {
-  try {
-    const body = (await fetchMemberJson(`${endpoint}/version`, options)) as { etcdcluster?: string };
-    return body.etcdcluster && body.etcdcluster !== "not_decided" ? body.etcdcluster : undefined;
-  } catch {
-    return undefined;
-  }
 }
 
 export async function observe(

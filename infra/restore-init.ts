@@ -92,7 +92,7 @@ async function fetchBackup(env: NodeJS.ProcessEnv): Promise<void> {
     console.log(`fetching ${store.kind.toLowerCase()}://${store.bucket}/${key}`);
     // The operator verified the object and passes its SHA-256: comparing that one hash proves
     // the bytes, and `etcdutl snapshot restore` is told to skip its own pass. Without it (a
-    // snapshot stored without our metadata), etcdutl checks etcd's trailer and this only copies.
+    // restore an older operator began), etcdutl checks etcd's trailer and this only copies.
     const expected = env.EXPECT_SHA256 || undefined;
     const digest = new SnapshotDigest(expected ? { trailer: false } : { wholeHash: false, trailer: false });
     const started = Date.now();

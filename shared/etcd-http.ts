@@ -65,3 +65,16 @@ export async function fetchMemberJson(
     req.end(payload);
   });
 }
+
+/** etcd's cluster version from a member's /version endpoint ({"etcdcluster": "3.6.0"}). */
+export async function fetchClusterVersion(
+  endpoint: string,
+  options: EtcdClientOptions,
+): Promise<string | undefined> {
+  try {
+    const body = (await fetchMemberJson(`${endpoint}/version`, options)) as { etcdcluster?: string };
+    return body.etcdcluster && body.etcdcluster !== "not_decided" ? body.etcdcluster : undefined;
+  } catch {
+    return undefined;
+  }
+}
