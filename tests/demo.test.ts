@@ -318,6 +318,54 @@ t.test("Ctrl-C while the control plane is still starting leaves nothing behind e
   t.notOk(existsSync(layout.dir), "the instance's folder is removed");
 });
 
+t.test("a daemon killed by the same Ctrl-C during start-up still ends in a clean stop", async (t) => {
+  // A Ctrl-C that lands while a daemon is being spawned reaches the daemon too (the signal is
+  // pending in the forked child before it leaves the group), so its start fails. Here the test
+  // kills kube-apiserver right after the Ctrl-C to have that outcome every time (CI saw it once).
+  const early = startDemo(["--name", NAME]);
+  const pidPath = `${layout.dir}/kube-apiserver.pid`;
+  const apiserverPid = await waitFor(
+    "the demo to spawn kube-apiserver",
+    async () => {
+      if (!existsSync(pidPath)) return undefined;
+      const record: unknown = JSON.parse(readFileSync(pidPath, "utf8"));
+      return typeof record === "object" &&
+        record !== null &&
+        "pid" in record &&
+        typeof record.pid === "number"
+        ? record.pid
+        : undefined;
+    },
+    { timeoutMs: 120_000, intervalMs: 20, describe: async () => early.output().stderr.slice(-2000) },
+  );
+  const exited = early.interrupt();
+  process.kill(apiserverPid, "SIGKILL");
+  const exit = await exited;
+  const { stderr } = early.output();
+  t.comment(`npm exited with ${exit.code ?? exit.signal}`);
+  t.match(stderr, /Ctrl-C: stopping as soon as the start-up step finishes/);
+  t.match(
+    stderr,
+    /start-up ended by Ctrl-C \(local cluster "pkg-demo" did not start\)/,
+    "says why the start ended",
+  );
+  t.match(stderr, /everything stopped/);
+  t.notMatch(stderr, /demo failed|at startLocalCluster/, "no failure or stack trace");
+  t.same(
+    await waitFor(
+      "every process of the interrupted demo to exit",
+      async () => (processesOfDemo(early.group).length === 0 ? [] : undefined),
+      { timeoutMs: 30_000, describe: async () => processesOfDemo(early.group).join("\n") },
+    ),
+    [],
+    "no process left",
+  );
+  t.notOk(alive(apiserverPid), "kube-apiserver is gone");
+  t.same(netnsOfInstance(), [], "no pod network namespace left");
+  t.notOk(bridgeExists(), "the instance's bridge is removed");
+  t.notOk(existsSync(layout.dir), "the instance's folder is removed");
+});
+
 t.test(
   "with KUBECONFIG set, the demo runs the operator against that cluster and leaves it as it was",
   async (t) => {

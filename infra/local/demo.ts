@@ -126,7 +126,18 @@ process.on("SIGTERM", early);
 
 const assets = await ensureAssets({ log: say });
 const kubeconfigEnv = process.env.KUBECONFIG;
-const target = kubeconfigEnv ? await existingClusterTarget(kubeconfigEnv) : await localTarget(values.name);
+let target: Target;
+try {
+  target = kubeconfigEnv ? await existingClusterTarget(kubeconfigEnv) : await localTarget(values.name);
+} catch (error) {
+  if (!interrupted) throw error;
+  // Ctrl-C that lands while a daemon is being spawned kills that daemon too: the signal is already
+  // pending in the forked child before it leaves our process group (setsid), and is delivered at
+  // exec. The start then fails, and has stopped what it started: that is the stop the user asked for.
+  say(`start-up ended by Ctrl-C (${error instanceof Error ? error.message : String(error)})`);
+  say("everything stopped");
+  process.exit(0);
+}
 process.off("SIGINT", early);
 process.off("SIGTERM", early);
 const custom = target.kc.makeApiClient(CustomObjectsApi);
