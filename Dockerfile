@@ -1,6 +1,8 @@
 # syntax=docker/dockerfile:1
-# The operator's image: Node 24 running the TypeScript sources directly (type stripping, no build
-# step), production dependencies only, as a non-root user on a read-only root filesystem.
+# The operator's image: Node 24 running the operator bundled with @kubernetes/client-node
+# (infra/bundle.ts: ~60 MiB less memory per process than the sources), production dependencies
+# only, as a non-root user on a read-only root filesystem. The TypeScript sources are in the image
+# too: restore init containers run infra/restore-init.ts from them (type stripping, no build step).
 #   docker build -t etcd-operator:0.1.0 .
 #   docker run --rm etcd-operator:0.1.0 --role worker      (all | watcher | worker | scheduler | http)
 
@@ -9,6 +11,16 @@ FROM node:24-bookworm-slim AS deps
 WORKDIR /app
 COPY package.json package-lock.json ./
 RUN npm ci --omit=dev --ignore-scripts --no-audit --no-fund
+
+# The bundle is built with the dev dependencies (esbuild), which stay in this stage.
+FROM node:24-bookworm-slim AS build
+WORKDIR /app
+COPY package.json package-lock.json ./
+RUN npm ci --ignore-scripts --no-audit --no-fund
+COPY shared ./shared
+COPY functions ./functions
+COPY infra ./infra
+RUN node infra/bundle.ts
 
 # Distroless: node and its libraries, no shell, no package manager.
 FROM gcr.io/distroless/nodejs24-debian12:nonroot
@@ -20,8 +32,9 @@ COPY shared ./shared
 COPY functions ./functions
 # infra/ without infra/local (the local control plane stays out, see .dockerignore).
 COPY infra ./infra
+COPY --from=build /app/dist ./dist
 # 65532 is distroless's "nonroot"; numeric so Kubernetes can verify runAsNonRoot.
 USER 65532:65532
 # The flags are OPERATOR_NODE_FLAGS in infra/operator.ts (why: see there); a test keeps them in step.
-ENTRYPOINT ["/nodejs/bin/node", "--max-semi-space-size=2", "infra/operator.ts"]
+ENTRYPOINT ["/nodejs/bin/node", "--max-semi-space-size=2", "dist/operator.js"]
 CMD ["--role", "all"]

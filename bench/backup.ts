@@ -39,6 +39,7 @@ import {
 } from "../tests/helpers/backups.ts";
 import { createCluster, etcdClient, memberEndpoints, waitReady } from "../tests/helpers/clusters.ts";
 import { type OperatorProcess, startOperatorProcess } from "../tests/helpers/operator-processes.ts";
+import { operatorBuild } from "./operator-entry.ts";
 import { load, ratio, summary } from "./stats.ts";
 
 const { values } = parseArgs({
@@ -59,6 +60,7 @@ const run = promisify(execFile);
 const mb = (n: number) => n / 1024 / 1024;
 const seconds = (since: number) => (performance.now() - since) / 1000;
 
+const operator = await operatorBuild(progress);
 const {
   local: cluster,
   store: s3,
@@ -68,10 +70,10 @@ const { core } = c;
 await createSecret(c, NS, "aws", awsSecretData(s3));
 const quiet = { LOG_LEVEL: "info" };
 const processes: OperatorProcess[] = [
-  startOperatorProcess(cluster, "watcher", quiet),
-  startOperatorProcess(cluster, "scheduler", quiet),
+  startOperatorProcess(cluster, "watcher", quiet, operator.entry),
+  startOperatorProcess(cluster, "scheduler", quiet, operator.entry),
 ];
-const worker = startOperatorProcess(cluster, "worker", quiet);
+const worker = startOperatorProcess(cluster, "worker", quiet, operator.entry);
 processes.push(worker);
 const store = openS3Store({
   bucket: "bench",
@@ -349,6 +351,7 @@ try {
   console.log(
     JSON.stringify({
       scenario: "backup",
+      operatorBuild: operator.build,
       runs,
       bytes: backupBytes,
       seconds: backup,
@@ -376,6 +379,7 @@ try {
   console.log(
     JSON.stringify({
       scenario: "restore",
+      operatorBuild: operator.build,
       runs,
       size,
       bytes: backupBytes,

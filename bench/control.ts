@@ -29,6 +29,7 @@ import { Kube } from "../shared/kube.ts";
 import { RECONCILE_QUEUE, requestReconcile } from "../shared/queue.ts";
 import { type ClusterClients, createCluster } from "../tests/helpers/clusters.ts";
 import { type OperatorProcess, startOperatorProcess } from "../tests/helpers/operator-processes.ts";
+import { operatorBuild } from "./operator-entry.ts";
 import { load, summary } from "./stats.ts";
 
 const { values } = parseArgs({
@@ -48,6 +49,7 @@ const RUNS = Number(values.runs);
 const NS = "default";
 const progress = (line: string) => process.stderr.write(`${line}\n`);
 
+const operator = await operatorBuild(progress);
 const cluster = await startLocalCluster({ name: "bench-control", log: () => {} });
 const { kc, core } = clientsFor(cluster.kubeconfigPath);
 const clients: ClusterClients = { kube: new Kube(kc), core, custom: kc.makeApiClient(CustomObjectsApi) };
@@ -214,20 +216,22 @@ try {
     ...(process.env.WORKER_CONCURRENCY ? { WORKER_CONCURRENCY: process.env.WORKER_CONCURRENCY } : {}),
   };
   const watcherPort = 19_399;
-  const watcher = startOperatorProcess(cluster, "watcher", {
-    ...quiet,
-    METRICS_PORT: String(watcherPort),
-    METRICS_REQUIRE_AUTH: "false",
-  });
+  const watcher = startOperatorProcess(
+    cluster,
+    "watcher",
+    { ...quiet, METRICS_PORT: String(watcherPort), METRICS_REQUIRE_AUTH: "false" },
+    operator.entry,
+  );
   processes.push(watcher);
   // Each worker serves its own /metrics, where the step durations are read from.
   const metricsPorts = Array.from({ length: WORKERS }, (_, i) => 19_400 + i);
   const workers = metricsPorts.map((port) =>
-    startOperatorProcess(cluster, "worker", {
-      ...quiet,
-      METRICS_PORT: String(port),
-      METRICS_REQUIRE_AUTH: "false",
-    }),
+    startOperatorProcess(
+      cluster,
+      "worker",
+      { ...quiet, METRICS_PORT: String(port), METRICS_REQUIRE_AUTH: "false" },
+      operator.entry,
+    ),
   );
   processes.push(...workers);
   progress(`waiting for the ${LIVE} live clusters to serve`);
@@ -334,6 +338,7 @@ try {
   console.log(
     JSON.stringify({
       scenario: "control",
+      operatorBuild: operator.build,
       clusters: CLUSTERS,
       live: LIVE,
       workers: WORKERS,

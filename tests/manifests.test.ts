@@ -962,7 +962,22 @@ await t.test(
       "node is the entry point (exec form: signals reach it), where restore init containers find it too",
     );
     t.same(entrypoint.slice(1, -1), [...OPERATOR_NODE_FLAGS], "with the operator's node flags");
-    t.equal(entrypoint.at(-1), "infra/operator.ts", "runs infra/operator.ts with type stripping");
+    t.equal(entrypoint.at(-1), "dist/operator.js", "runs the bundle of infra/operator.ts");
+    // The bundle: built in a stage of its own by infra/bundle.ts, into dist/, and copied from there.
+    const bundleRun = instructions.find(
+      (i) => i.keyword === "RUN" && /^node infra\/bundle\.ts$/.test(i.args.trim()),
+    );
+    const buildStage = froms.filter((f) => bundleRun !== undefined && f.line < bundleRun.line).at(-1);
+    const stageName = /\s+AS\s+(\w+)/i.exec(buildStage?.args ?? "")?.[1];
+    t.ok(stageName, "a named stage runs node infra/bundle.ts");
+    t.ok(
+      last.some((i) => i.keyword === "COPY" && i.args.trim() === `--from=${stageName} /app/dist ./dist`),
+      "the final image copies dist/ from that stage",
+    );
+    t.ok(
+      last.some((i) => i.keyword === "COPY" && /^infra\b/.test(i.args.trim())),
+      "and the sources, for restore init containers (infra/restore-init.ts)",
+    );
     checkRole(t, roleArg(cmd), "Dockerfile CMD");
 
     // What the image holds: the COPY sources minus .dockerignore.

@@ -7,7 +7,8 @@ import type { LocalCluster } from "../../infra/local/control-plane.ts";
 
 import { OPERATOR_NODE_FLAGS } from "../../infra/operator.ts";
 
-const ENTRY = new URL("../../infra/operator.ts", import.meta.url).pathname;
+/** The sources, as tests run them; a bundle's entry (infra/bundle.ts) runs the operator as its image does. */
+export const SOURCE_ENTRY = new URL("../../infra/operator.ts", import.meta.url).pathname;
 
 export interface OperatorProcess {
   role: string;
@@ -42,12 +43,13 @@ export function startOperatorProcess(
   cluster: LocalCluster,
   role: string,
   extra: Record<string, string> = {},
+  entry: string = SOURCE_ENTRY,
 ): OperatorProcess {
   const dir = join(cluster.dir, "operator-logs");
   mkdirSync(dir, { recursive: true });
   const logFile = join(dir, `${role}-${++counter}.log`);
   const out = openSync(logFile, "a");
-  const child = spawn(process.execPath, [...OPERATOR_NODE_FLAGS, ENTRY, "--role", role], {
+  const child = spawn(process.execPath, [...OPERATOR_NODE_FLAGS, entry, "--role", role], {
     env: operatorEnv(cluster, extra),
     stdio: ["ignore", out, out],
   });
