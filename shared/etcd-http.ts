@@ -4,7 +4,38 @@
 // its DNS names while we dial its IP, so the name is checked against `serverName` instead.
 import { request } from "node:https";
 import { checkServerIdentity } from "node:tls";
+import { Agent, request as undiciRequest } from "undici";
 import { DEFAULT_ETCD_TIMEOUT_MS, type EtcdClientOptions } from "./etcd-options.ts";
+
+/**
+ * Kept-alive connections to members over plain HTTP, for every cluster. undici's request() rather
+ * than the global fetch(): a steady reconcile asks each member for its Status, the member list and
+ * the version, and fetch's WHATWG streams cost several times the CPU per call; it also loaded
+ * Node's own copy of undici beside the one the operator already uses for kube-apiserver.
+ */
+const plainMembers = new Agent({ keepAliveTimeout: 4_000 });
+
+/** The plain-HTTP path of fetchMemberJson; a timeout throws the signal's TimeoutError, as fetch did. */
+async function plainJson(url: string, method: string, payload: string | undefined, timeoutMs: number) {
+  const signal = AbortSignal.timeout(timeoutMs);
+  try {
+    const response = await undiciRequest(url, {
+      method,
+      body: payload,
+      headers: payload === undefined ? undefined : { "content-type": "application/json" },
+      signal,
+      dispatcher: plainMembers,
+    });
+    if (response.statusCode < 200 || response.statusCode >= 300) {
+      const text = await response.body.text();
+      throw new Error(`${method} ${url}: HTTP ${response.statusCode}: ${text.slice(0, 300)}`);
+    }
+    return await response.body.json();
+  } catch (error) {
+    if (signal.aborted) throw signal.reason;
+    throw error;
+  }
+}
 
 /**
  * GETs `url` from a member (or POSTs `body` as JSON: etcd's gRPC gateway, /v3/...) and parses the
@@ -19,12 +50,7 @@ export async function fetchMemberJson(
   const tls = options.tls;
   const method = body === undefined ? "GET" : "POST";
   const payload = body === undefined ? undefined : JSON.stringify(body);
-  if (!tls) {
-    const response = await fetch(url, { method, body: payload, signal: AbortSignal.timeout(timeoutMs) });
-    if (!response.ok)
-      throw new Error(`${method} ${url}: HTTP ${response.status}: ${(await response.text()).slice(0, 300)}`);
-    return response.json();
-  }
+  if (!tls) return plainJson(url, method, payload, timeoutMs);
   const target = new URL(url);
   return new Promise((resolve, reject) => {
     const req = request(

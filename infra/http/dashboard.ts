@@ -4,9 +4,6 @@
 // token is kept in an HttpOnly, SameSite=Strict cookie that only the dashboard accepts (the API's
 // POST routes take the Authorization header only, so the cookie cannot be used for cross-site
 // requests). Visitors must be allowed to list EtcdClusters where the operator works.
-import { createBullBoard } from "@bull-board/api";
-import { BullMQAdapter } from "@bull-board/api/bullMQAdapter";
-import { FastifyAdapter } from "@bull-board/fastify";
 import { Type } from "@sinclair/typebox";
 import type { FastifyInstance, FastifyReply } from "fastify";
 import type { AccessReviewer } from "./access.ts";
@@ -72,6 +69,13 @@ export async function dashboardRoutes(
   reviewer: AccessReviewer,
   secure: boolean,
 ): Promise<void> {
+  // Loaded here, not at the top: the health-and-metrics server of the watcher and the workers
+  // imports this module for its paths and access rule, and has no use for the board (~8 MiB).
+  const [{ createBullBoard }, { BullMQAdapter }, { FastifyAdapter }] = await Promise.all([
+    import("@bull-board/api"),
+    import("@bull-board/api/bullMQAdapter"),
+    import("@bull-board/fastify"),
+  ]);
   const board = new FastifyAdapter();
   createBullBoard({
     queues: [

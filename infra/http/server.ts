@@ -6,7 +6,6 @@
 // schema validation (400), authorization (403), then the handler (404 for unknown objects).
 import { Server as HttpsServer } from "node:https";
 import rateLimit from "@fastify/rate-limit";
-import swagger from "@fastify/swagger";
 import type { KubeConfig } from "@kubernetes/client-node";
 import { Queue } from "bullmq";
 import Fastify, { type FastifyBaseLogger, type FastifyInstance, LogController } from "fastify";
@@ -55,6 +54,24 @@ export const HTTP_ROUTES: readonly { method: string; path: string; auth: "token"
 export interface BuildOptions {
   /** Serve over TLS (the dashboard cookie is then marked Secure). */
   tls?: ServingTls;
+}
+
+/** Collects the routes' schemas into the document served at OPENAPI_PATH (registered before them). */
+async function registerOpenApi(app: FastifyInstance): Promise<void> {
+  const { default: swagger } = await import("@fastify/swagger");
+  await app.register(swagger, {
+    openapi: {
+      info: {
+        title: "etcd operator",
+        version: "v1",
+        description:
+          "Manual triggers and state of EtcdClusters and EtcdBackups, the admission webhook, health and metrics. " +
+          "Send a Kubernetes bearer token; permissions follow the cluster's RBAC (SubjectAccessReview).",
+      },
+      components: { securitySchemes: { bearer: { type: "http", scheme: "bearer" } } },
+      security: [{ bearer: [] }],
+    },
+  });
 }
 
 export async function buildServer(deps: HttpDeps, options: BuildOptions = {}): Promise<FastifyInstance> {
@@ -109,19 +126,9 @@ export async function buildServer(deps: HttpDeps, options: BuildOptions = {}): P
     else log.info(line, "request");
   });
 
-  await app.register(swagger, {
-    openapi: {
-      info: {
-        title: "etcd operator",
-        version: "v1",
-        description:
-          "Manual triggers and state of EtcdClusters and EtcdBackups, the admission webhook, health and metrics. " +
-          "Send a Kubernetes bearer token; permissions follow the cluster's RBAC (SubjectAccessReview).",
-      },
-      components: { securitySchemes: { bearer: { type: "http", scheme: "bearer" } } },
-      security: [{ bearer: [] }],
-    },
-  });
+  // The OpenAPI document is served in full mode only; the probes server of the watcher and the
+  // workers does not load the generator.
+  if (full) await registerOpenApi(app);
   // One budget per client address across all routes, checked before anything else runs (an app-wide
   // onRequest hook, so unknown paths and failed logins count too); probes are exempt.
   await app.register(rateLimit, {
