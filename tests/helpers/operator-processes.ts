@@ -49,7 +49,9 @@ export function startOperatorProcess(
   mkdirSync(dir, { recursive: true });
   const logFile = join(dir, `${role}-${++counter}.log`);
   const out = openSync(logFile, "a");
-  const child = spawn(process.execPath, [...OPERATOR_NODE_FLAGS, entry, "--role", role], {
+  // V8 flags NODE_OPTIONS refuses (e.g. OPERATOR_NODE_ARGS="--optimize-for-size"), to try them in a bench.
+  const extraArgs = (process.env.OPERATOR_NODE_ARGS ?? "").split(/\s+/).filter((arg) => arg !== "");
+  const child = spawn(process.execPath, [...OPERATOR_NODE_FLAGS, ...extraArgs, entry, "--role", role], {
     env: operatorEnv(cluster, extra),
     stdio: ["ignore", out, out],
   });
