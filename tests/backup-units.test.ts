@@ -408,3 +408,34 @@ t.test("all members lost: the loss is reported before the EtcdRestore is created
   t.equal(outcome.announced, true, "reconcile does not send it again");
   t.match(outcome.event?.message, /revision 7\): writes after it are lost/);
 });
+
+t.test(
+  "a Secret name no Secret can have is refused before any request (spec-fuzz seed 667166855)",
+  async (t) => {
+    const { openStore } = await import("../shared/object-store/index.ts");
+    const { ObjectStoreError } = await import("../shared/object-store/types.ts");
+    let reads = 0;
+    const readSecret = async () => {
+      reads++;
+      return undefined;
+    };
+    for (const awsSecret of ["x".repeat(70_000), "Not_A_Name", "a".repeat(254)]) {
+      const error = await openStore("S3", { s3: { path: "bucket/key", awsSecret } }, readSecret).catch(
+        (e: unknown) => e,
+      );
+      t.ok(
+        error instanceof ObjectStoreError && error.code === "InvalidCredentials",
+        `${awsSecret.slice(0, 12)}… refused`,
+      );
+      t.ok(error instanceof Error && error.message.length < 300, "the message stays short");
+    }
+    t.equal(reads, 0, "no Secret was read");
+    const valid = await openStore(
+      "S3",
+      { s3: { path: "bucket/key", awsSecret: "aws-creds" } },
+      readSecret,
+    ).catch((e: unknown) => e);
+    t.match(String(valid), /not found/, "a valid name is looked up");
+    t.equal(reads, 1);
+  },
+);
