@@ -158,6 +158,11 @@ export const REPOSITORY_RE = `^(?:${DOMAIN_COMPONENT}(?:\\.${DOMAIN_COMPONENT})*
 export const IMAGE_RE = `${REPOSITORY_RE.slice(0, -1)}(?::[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?(?:@[a-z0-9]+:[a-f0-9]{32,})?$`;
 const DNS1123_LABEL = "[a-z0-9](?:[-a-z0-9]*[a-z0-9])?";
 export const DNS1123_SUBDOMAIN_RE = `^${DNS1123_LABEL}(?:\\.${DNS1123_LABEL})*$`;
+const DNS1123_SUBDOMAIN = new RegExp(DNS1123_SUBDOMAIN_RE);
+/** A lower-case DNS subdomain of at most 253 characters: the names of Secrets, PriorityClasses, domains. */
+export function isDnsSubdomain(value: string): boolean {
+  return value.length <= 253 && DNS1123_SUBDOMAIN.test(value);
+}
 export const LABEL_NAME_RE = "^(?:[A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$";
 export const LABEL_VALUE_RE = "^(?:(?:[A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$";
 /** Kubernetes' classic rule for environment variable names (what a shell and etcd can read back). */

@@ -6,13 +6,13 @@ import { DEFAULT_ETCD_VERSION, ETCD_VERSIONS, minorOf } from "../etcd-versions.t
 import {
   DEFAULT_BUSYBOX_IMAGE,
   DEFAULT_REPOSITORY,
-  DNS1123_SUBDOMAIN_RE,
   ENV_NAME_RE,
   ETCD_ARG_RE,
   type EtcdClusterSpec,
   EtcdClusterSpecSchema,
   etcdArgFlag,
   IMAGE_RE,
+  isDnsSubdomain,
   isOperatorOwnedEtcdEnv,
   isOperatorOwnedEtcdFlag,
   LABEL_NAME_RE,
@@ -237,7 +237,7 @@ function labelKeyProblem(key: string): string | undefined {
   const slash = key.indexOf("/");
   const prefix = slash >= 0 ? key.slice(0, slash) : undefined;
   const name = slash >= 0 ? key.slice(slash + 1) : key;
-  if (prefix !== undefined && (prefix.length > 253 || !matches(DNS1123_SUBDOMAIN_RE, prefix))) {
+  if (prefix !== undefined && !isDnsSubdomain(prefix)) {
     return `its prefix ${show(prefix)} must be a lower-case DNS subdomain like "example.com"`;
   }
   if (name.length === 0 || name.length > 63 || !matches(LABEL_NAME_RE, name)) {
@@ -319,12 +319,7 @@ function checkPod(pod: unknown, problems: Problem[]): void {
   if (pod.etcdEnv !== undefined) checkEtcdEnv(pod.etcdEnv, problems);
   if (pod.etcdArgs !== undefined) checkEtcdArgs(pod.etcdArgs, problems);
   const priorityClass = pod.priorityClassName;
-  if (
-    priorityClass !== undefined &&
-    (typeof priorityClass !== "string" ||
-      priorityClass.length > 253 ||
-      !matches(DNS1123_SUBDOMAIN_RE, priorityClass))
-  ) {
+  if (priorityClass !== undefined && (typeof priorityClass !== "string" || !isDnsSubdomain(priorityClass))) {
     problems.push({
       path: `${path}.priorityClassName`,
       message: `spec.pod.priorityClassName ${show(priorityClass)} must be the name of a PriorityClass (a lower-case DNS name)`,
@@ -349,7 +344,7 @@ function checkPod(pod: unknown, problems: Problem[]): void {
   const domain = pod.ClusterDomain;
   if (domain !== undefined && domain !== "") {
     const bare = typeof domain === "string" ? domain.replace(/^\./, "") : domain;
-    if (typeof bare !== "string" || bare.length > 253 || !matches(DNS1123_SUBDOMAIN_RE, bare)) {
+    if (typeof bare !== "string" || !isDnsSubdomain(bare)) {
       problems.push({
         path: `${path}.ClusterDomain`,
         message: `spec.pod.ClusterDomain ${show(domain)} must be a lower-case DNS domain like ".cluster.local"`,
@@ -447,7 +442,7 @@ function checkTls(tls: unknown, problems: Problem[]): void {
   ];
   for (const [path, name] of secrets) {
     if (name === undefined) continue;
-    if (typeof name !== "string" || name.length > 253 || !matches(DNS1123_SUBDOMAIN_RE, name)) {
+    if (typeof name !== "string" || !isDnsSubdomain(name)) {
       problems.push({
         path,
         message: `${path} ${show(name)} is not a valid Secret name: use lower-case letters, digits, "-" and "."`,

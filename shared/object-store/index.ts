@@ -3,7 +3,7 @@
 // this module through the restore code and would otherwise carry @aws-sdk/client-s3 and ali-oss.
 // The backup worker loads them at start (infra/backup-worker.ts).
 import type { BackupStorageType, OSSSource, S3Source } from "../api/etcd-backup.ts";
-import { DNS1123_SUBDOMAIN_RE } from "../api/etcd-cluster.ts";
+import { isDnsSubdomain } from "../api/etcd-cluster.ts";
 import { ossCredentialsFromSecret, s3CredentialsFromSecret } from "./credentials.ts";
 import { type ObjectStore, ObjectStoreError, splitBucketPath } from "./types.ts";
 
@@ -21,13 +21,11 @@ export interface OpenedStore {
 /** Reads a Secret's data (decoded); undefined when it does not exist. */
 export type SecretReader = (name: string) => Promise<Record<string, string> | undefined>;
 
-const SECRET_NAME = new RegExp(DNS1123_SUBDOMAIN_RE);
-
 async function secretData(readSecret: SecretReader, name: string): Promise<Record<string, string>> {
   // Checked before any request: a name no Secret can have (the schema only asks for a string) put
   // into the GET's URL can be large enough for kube-apiserver to drop the HTTP/2 connection, and
   // the failed backup's status PATCH on it with it, so the user never heard why.
-  if (name.length > 253 || !SECRET_NAME.test(name)) {
+  if (!isDnsSubdomain(name)) {
     const shown = name.length > 80 ? `${name.slice(0, 80)}…(${name.length} characters)` : name;
     throw new ObjectStoreError(
       "InvalidCredentials",
