@@ -9,15 +9,18 @@
 //            bound: the same bytes uploaded from a local file straight into the store (our
 //            uploader, no etcd), i.e. what the store alone allows.
 //   restore: an EtcdRestore of that backup into the size-S cluster (deleted and created again),
-//            from the request to S ready members serving the restored data.
+//            from the request to S members answering `etcdctl endpoint health` (as the reference is
+//            timed) with the restored data.
 //            reference, by hand: download the object, `etcdutl snapshot restore` one data dir per
 //            member (in parallel), start S etcd processes, until `etcdctl endpoint health` passes
 //            on all of them (goal: ratio ≤ 1.5).
+// Each scenario also reports the CPU seconds it cost: the whole machine's, the store's and the
+// worker's, for saying what bounds a figure on these cores.
 // Runs against the local control plane with the operator as processes (watcher, scheduler,
 // worker), as deployed; never part of the default tests.
 import { type ChildProcess, execFile, spawn } from "node:child_process";
 import { createReadStream, createWriteStream, mkdirSync, readFileSync, rmSync, statSync } from "node:fs";
-import { tmpdir } from "node:os";
+import { availableParallelism, tmpdir } from "node:os";
 import { join } from "node:path";
 import { pipeline } from "node:stream/promises";
 import { parseArgs, promisify } from "node:util";
@@ -40,7 +43,7 @@ import {
 import { createCluster, etcdClient, memberEndpoints, waitReady } from "../tests/helpers/clusters.ts";
 import { type OperatorProcess, startOperatorProcess } from "../tests/helpers/operator-processes.ts";
 import { operatorBuild } from "./operator-entry.ts";
-import { load, ratio, summary } from "./stats.ts";
+import { load, machineBusySeconds, processCpuSeconds, ratio, summary } from "./stats.ts";
 
 const { values } = parseArgs({
   options: {
@@ -129,18 +132,76 @@ async function operatorBackup(name: string, key: string) {
 }
 
 /** Resolves once every endpoint answers `etcdctl endpoint health`. */
+/** Whether every endpoint answers `etcdctl endpoint health` now. */
+async function isHealthy(endpoints: string[]): Promise<boolean> {
+  try {
+    await run(etcd.etcdctl, ["--endpoints", endpoints.join(","), "endpoint", "health"], { timeout: 5_000 });
+    return true;
+  } catch {
+    return false;
+  }
+}
+
 async function waitHealthy(endpoints: string[], timeoutMs: number): Promise<void> {
   const deadline = Date.now() + timeoutMs;
-  for (;;) {
-    try {
-      await run(etcd.etcdctl, ["--endpoints", endpoints.join(","), "endpoint", "health"], { timeout: 5_000 });
-      return;
-    } catch (error) {
-      if (Date.now() > deadline)
-        throw new Error("the hand-restored members never got healthy", { cause: error });
-      await new Promise((r) => setTimeout(r, 100));
-    }
+  while (!(await isHealthy(endpoints))) {
+    if (Date.now() > deadline) throw new Error("the hand-restored members never got healthy");
+    await new Promise((r) => setTimeout(r, 100));
   }
+}
+
+/** The client endpoints of the named pods whose etcd container runs. */
+async function runningEndpoints(names: readonly string[]): Promise<string[]> {
+  const pods = await core.listNamespacedPod({ namespace: NS, labelSelector: `etcd_cluster=${NAME}` });
+  return pods.items
+    .filter((pod) => names.includes(pod.metadata?.name ?? ""))
+    .filter((pod) => pod.status?.containerStatuses?.some((s) => s.name === "etcd" && s.state?.running))
+    .flatMap((pod) => (pod.status?.podIP ? [`http://${pod.status.podIP}:2379`] : []));
+}
+
+/** What a piece of work cost in CPU: the whole machine's, and the store's and the worker's share. */
+interface CpuUse {
+  machine: number;
+  store: number;
+  worker: number;
+}
+
+function cpuCounters(): CpuUse {
+  return {
+    machine: machineBusySeconds(),
+    store: processCpuSeconds(s3.pid),
+    worker: processCpuSeconds(worker.child.pid),
+  };
+}
+
+function cpuSince(before: CpuUse): CpuUse {
+  const after = cpuCounters();
+  const spent = (key: keyof CpuUse) => Number((after[key] - before[key]).toFixed(1));
+  return { machine: spent("machine"), store: spent("store"), worker: spent("worker") };
+}
+
+/** Median and spread of each CPU figure over the runs. */
+function cpuSummary(uses: readonly CpuUse[]): Record<keyof CpuUse, ReturnType<typeof summary>> {
+  return {
+    machine: summary(
+      uses.map((u) => u.machine),
+      1,
+    ),
+    store: summary(
+      uses.map((u) => u.store),
+      1,
+    ),
+    worker: summary(
+      uses.map((u) => u.worker),
+      1,
+    ),
+  };
+}
+
+async function withCpu<T>(work: () => Promise<T>): Promise<{ value: T; cpu: CpuUse }> {
+  const before = cpuCounters();
+  const value = await work();
+  return { value, cpu: cpuSince(before) };
 }
 
 /**
@@ -219,6 +280,7 @@ async function manualRestore(key: string, round: number): Promise<number> {
 async function operatorRestore(key: string): Promise<{
   completed: number;
   serving: number;
+  cpu: CpuUse;
   phases: Record<string, number>;
   etcdStartedSeconds: number[];
   initContainers: Record<string, [number, number][]>;
@@ -242,6 +304,7 @@ async function operatorRestore(key: string): Promise<{
   );
   await createCluster(c, NS, NAME, { size, version: VERSION_36 });
   await waitReady(c, NS, NAME, size, 300_000);
+  const cpuBefore = cpuCounters();
   const started = performance.now();
   await createRestore(c, NS, NAME, {
     backupStorageType: "S3",
@@ -249,24 +312,38 @@ async function operatorRestore(key: string): Promise<{
   });
   // Where the time goes: when each phase was first seen (polled every 100 ms), and when the seed
   // pods' etcd containers started (their init containers fetched and restored the backup before).
+  // Serving is timed as the reference is: when every restored member answers `etcdctl endpoint
+  // health` (the pods' Ready condition follows up to a readiness period later).
   const phases: Record<string, number> = {};
+  let servingAt: number | undefined;
   let watching = true;
   const phaseWatch = (async () => {
     while (watching) {
-      const phase = (await c.kube.getRestore(NS, NAME))?.status?.phase;
+      const status = (await c.kube.getRestore(NS, NAME))?.status;
+      const phase = status?.phase;
       if (phase && phases[phase] === undefined) phases[phase] = Number(seconds(started).toFixed(2));
+      const seeds = status?.seedMembers ?? [];
+      if (servingAt === undefined && seeds.length === size) {
+        const endpoints = await runningEndpoints(seeds);
+        if (endpoints.length === size && (await isHealthy(endpoints))) servingAt = seconds(started);
+      }
       await new Promise((r) => setTimeout(r, 100));
     }
   })();
+  let completed = Number.NaN;
   try {
     await waitRestore(c, NS, NAME, "Completed", 1_800_000);
+    const completedAt = seconds(started);
+    completed = completedAt;
+    while (servingAt === undefined && seconds(started) - completedAt < 300)
+      await new Promise((r) => setTimeout(r, 100));
   } finally {
     watching = false;
     await phaseWatch;
   }
-  const completed = seconds(started);
+  const cpu = cpuSince(cpuBefore);
+  const serving = servingAt ?? Number.NaN;
   await waitReady(c, NS, NAME, size, 1_800_000);
-  const serving = seconds(started);
   const pods = await core.listNamespacedPod({ namespace: NS, labelSelector: `etcd_cluster=${NAME}` });
   const wall = Date.now() - serving * 1000;
   const etcdStartedSeconds = pods.items
@@ -291,7 +368,7 @@ async function operatorRestore(key: string): Promise<{
   progress(
     `restore trace: phases first seen at ${JSON.stringify(phases)} s; init containers ${JSON.stringify(initContainers)}; etcd started at ${etcdStartedSeconds.join(", ")} s`,
   );
-  return { completed, serving, phases, etcdStartedSeconds, initContainers };
+  return { completed, serving, cpu, phases, etcdStartedSeconds, initContainers };
 }
 
 const loadBefore = load();
@@ -308,6 +385,13 @@ const figures = {
     initContainers: Record<string, [number, number][]>;
   }[],
   manualRestore: [] as number[],
+  cpu: {
+    reference: [] as CpuUse[],
+    storeOnly: [] as CpuUse[],
+    backup: [] as CpuUse[],
+    manualRestore: [] as CpuUse[],
+    restore: [] as CpuUse[],
+  },
 };
 let snapshotBytes = 0;
 let backupBytes = 0;
@@ -320,19 +404,28 @@ try {
 
   for (let round = 0; round < runs; round++) {
     const file = join(scratch, "reference.db");
-    figures.reference.push(await referenceSnapshot(file));
+    const reference = await withCpu(() => referenceSnapshot(file));
+    figures.reference.push(reference.value);
+    figures.cpu.reference.push(reference.cpu);
     snapshotBytes = statSync(file).size;
-    figures.storeOnly.push(await storeOnly(file, `store-only-${round}.db`));
+    const alone = await withCpu(() => storeOnly(file, `store-only-${round}.db`));
+    figures.storeOnly.push(alone.value);
+    figures.cpu.storeOnly.push(alone.cpu);
     rmSync(file);
-    const backup = await operatorBackup(`bench-backup-${round}`, `bench-${round}.db`);
+    const backed = await withCpu(() => operatorBackup(`bench-backup-${round}`, `bench-${round}.db`));
+    const backup = backed.value;
+    figures.cpu.backup.push(backed.cpu);
     backupBytes = backup.bytes;
     figures.backup.push(backup.seconds);
     figures.rssGrowthMiB.push(backup.rssGrowthMiB);
     progress(
       `run ${round + 1}/${runs}: etcdctl ${figures.reference.at(-1)?.toFixed(1)} s, store alone ${figures.storeOnly.at(-1)?.toFixed(1)} s, backup ${backup.seconds.toFixed(1)} s`,
     );
-    figures.manualRestore.push(await manualRestore(`bench-${round}.db`, round));
+    const manual = await withCpu(() => manualRestore(`bench-${round}.db`, round));
+    figures.manualRestore.push(manual.value);
+    figures.cpu.manualRestore.push(manual.cpu);
     const restored = await operatorRestore(`bench-${round}.db`);
+    figures.cpu.restore.push(restored.cpu);
     figures.restore.push(restored.serving);
     figures.restoreCompleted.push(restored.completed);
     figures.restoreTraces.push({
@@ -357,10 +450,13 @@ try {
       seconds: backup,
       MiBps: Number((mb(backupBytes) / backup.median).toFixed(1)),
       workerRssGrowthMiB: summary(figures.rssGrowthMiB, 1),
+      cores: availableParallelism(),
+      cpuSeconds: cpuSummary(figures.cpu.backup),
       reference: {
         what: "etcdctl snapshot save to local disk",
         bytes: snapshotBytes,
         seconds: reference,
+        cpuSeconds: cpuSummary(figures.cpu.reference),
         MiBps: Number((mb(snapshotBytes) / reference.median).toFixed(1)),
       },
       ratio: ratio(backup.median, reference.median),
@@ -368,6 +464,7 @@ try {
       bound: {
         what: "the same bytes from a local file into the store with our uploader (no etcd)",
         seconds: storeAlone,
+        cpuSeconds: cpuSummary(figures.cpu.storeOnly),
         MiBps: Number((mb(snapshotBytes) / storeAlone.median).toFixed(1)),
         backupOverStore: ratio(backup.median, storeAlone.median),
       },
@@ -385,6 +482,8 @@ try {
       bytes: backupBytes,
       secondsToServing: restore,
       secondsToCompleted: summary(figures.restoreCompleted, 2),
+      cores: availableParallelism(),
+      cpuSeconds: cpuSummary(figures.cpu.restore),
       trace: {
         what: "seconds from the request: each phase first seen, and each member's etcd container start",
         runs: figures.restoreTraces,
@@ -392,6 +491,7 @@ try {
       reference: {
         what: `by hand: download, etcdutl snapshot restore ×${size} in parallel, start ${size} etcd, endpoint health`,
         seconds: manual,
+        cpuSeconds: cpuSummary(figures.cpu.manualRestore),
       },
       ratio: ratio(restore.median, manual.median),
       goal: { ratioAtMost: 1.5 },

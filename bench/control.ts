@@ -30,7 +30,7 @@ import { RECONCILE_QUEUE, requestReconcile } from "../shared/queue.ts";
 import { type ClusterClients, createCluster } from "../tests/helpers/clusters.ts";
 import { type OperatorProcess, startOperatorProcess } from "../tests/helpers/operator-processes.ts";
 import { operatorBuild } from "./operator-entry.ts";
-import { load, summary } from "./stats.ts";
+import { processCpuSeconds as cpuSeconds, load, summary } from "./stats.ts";
 
 const { values } = parseArgs({
   options: {
@@ -91,18 +91,6 @@ async function memoryOf(pid: number | undefined, port: number): Promise<Record<s
     else memory[`${match[2]} ${match[1]}`] = mib(Number(match[3]));
   }
   return memory;
-}
-
-/** CPU seconds (user + system) a process has used so far. */
-function cpuSeconds(pid: number | undefined): number {
-  if (pid === undefined) return Number.NaN;
-  try {
-    // Fields after the command (which may hold spaces) start at state; utime and stime are 14 and 15.
-    const fields = readFileSync(`/proc/${pid}/stat`, "utf8").split(") ")[1]?.split(" ") ?? [];
-    return (Number(fields[11]) + Number(fields[12])) / 100;
-  } catch {
-    return Number.NaN;
-  }
 }
 
 /** Every process that takes part in a reconcile, by name. */

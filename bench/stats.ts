@@ -1,4 +1,5 @@
 // What every benchmark reports about repeated measurements and the machine they ran on.
+import { readFileSync } from "node:fs";
 import { loadavg } from "node:os";
 
 export interface Summary {
@@ -29,4 +30,27 @@ export function load(): number[] {
 /** `a / b` to two decimals (0 when b is 0). */
 export function ratio(a: number, b: number): number {
   return b === 0 ? 0 : Number((a / b).toFixed(2));
+}
+
+/** CPU seconds (user + system) a process has used so far; NaN once it is gone. */
+export function processCpuSeconds(pid: number | undefined): number {
+  if (pid === undefined) return Number.NaN;
+  try {
+    // Fields after the command (which may hold spaces) start at state; utime and stime are 14 and 15.
+    const fields = readFileSync(`/proc/${pid}/stat`, "utf8").split(") ")[1]?.split(" ") ?? [];
+    return (Number(fields[11]) + Number(fields[12])) / 100;
+  } catch {
+    return Number.NaN;
+  }
+}
+
+/**
+ * CPU seconds the whole machine has spent busy so far (all cores; /proc/stat's first line less
+ * idle and iowait): across a scenario, the work it cost whatever process did it.
+ */
+export function machineBusySeconds(): number {
+  const fields = (readFileSync("/proc/stat", "utf8").split("\n")[0] ?? "").trim().split(/\s+/).slice(1);
+  const ticks = fields.slice(0, 7).map(Number);
+  const [user = 0, nice = 0, system = 0, , , irq = 0, softirq = 0] = ticks;
+  return (user + nice + system + irq + softirq) / 100;
 }

@@ -35,6 +35,8 @@ export function operatorEnv(
     HTTP_PORT: "0",
     // For profiling a run (e.g. OPERATOR_NODE_OPTIONS="--cpu-prof"): node options for the operator only.
     ...(process.env.OPERATOR_NODE_OPTIONS ? { NODE_OPTIONS: process.env.OPERATOR_NODE_OPTIONS } : {}),
+    // glibc's malloc tuning (e.g. MALLOC_ARENA_MAX=2), to try it in a bench.
+    ...(process.env.MALLOC_ARENA_MAX ? { MALLOC_ARENA_MAX: process.env.MALLOC_ARENA_MAX } : {}),
     ...extra,
   };
 }
