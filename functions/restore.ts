@@ -42,6 +42,8 @@ const SERVING_PROBE_TIMEOUT_MS = 1_000;
  */
 const WAIT_MS = 1_000;
 const WAIT_SHORT_MS = 250;
+/** An old member's pod still there this long after its deletion is not about to go. */
+const STUCK_STOP_MS = 10_000;
 
 export interface RestoreDeps {
   kube: Kube;
@@ -344,15 +346,23 @@ export async function restoreStep(restore: EtcdRestore, deps: RestoreDeps): Prom
     );
     return { done: false, requeueAfterMs: WAIT_MS };
   }
-  // Asked of the seeds straight once their etcd runs, rather than waiting for the pods' readiness
-  // (probed every 2 s) and a requeue: the restore ends ~2 s sooner. A seed that never comes up is
+  // Ready means etcd's /health passed, which needs a leader: a majority of the seeds has formed
+  // the cluster. (A linearizable read of one seed says as much up to 2 s sooner, but the cluster
+  // is then handed back to the reconcile while seeds may still be starting: waiting for Ready keeps
+  // its first look at the restored members a look at serving ones.) A seed that never comes up is
   // then the ordinary reconcile's to replace.
-  const running = pods.filter((pod) => pod.status?.podIP && etcdRunning(pod));
+  const serving = pods.filter(
+    (pod) =>
+      pod.status?.podIP && pod.status.conditions?.some((c) => c.type === "Ready" && c.status === "True"),
+  );
+  const quorum = Math.floor(initialCluster.length / 2) + 1;
   let revision: number | undefined;
-  for (const pod of running) {
+  for (const pod of serving.length >= quorum ? serving : []) {
     revision = await servingRevision(`http://${pod.status?.podIP}:2379`, deps.etcd);
     if (revision !== undefined) break;
   }
+  // Once a seed's etcd runs, its readiness is at most a probe period (2 s) away: looked at often.
+  const running = pods.some(etcdRunning);
   const seedMember = seedNames.join(", ");
   if (revision === undefined) {
     const problem = pods.map(seedProblem).find((p) => p !== undefined);
@@ -364,14 +374,24 @@ export async function restoreStep(restore: EtcdRestore, deps: RestoreDeps): Prom
     }
     if (problem && problem !== status.reason)
       await deps.kube.patchRestoreStatus(restore, { reason: problem });
-    return { done: false, requeueAfterMs: running.length > 0 ? WAIT_SHORT_MS : WAIT_MS };
+    return { done: false, requeueAfterMs: running ? WAIT_SHORT_MS : WAIT_MS };
   }
-  if (oldMembers.length > 0) return { done: false, requeueAfterMs: WAIT_SHORT_MS };
   if (status.backupRevision !== undefined && revision < status.backupRevision) {
     return fail(
       `the restored member reports revision ${revision}, below the backup's ${status.backupRevision}`,
       cluster,
     );
+  }
+  if (oldMembers.length > 0) {
+    // Normally gone within a second or two. A pod on a node that no longer answers stays
+    // Terminating until someone force-deletes it: the status says which, and the wait slows down.
+    const names = oldMembers.map((pod) => pod.metadata?.name ?? "").join(", ");
+    const waiting = `the restored members serve; waiting for the old members' pods to be gone: ${names}`;
+    if (status.reason !== waiting) await deps.kube.patchRestoreStatus(restore, { reason: waiting });
+    const stuck = oldMembers.every(
+      (pod) => now().getTime() - Date.parse(String(pod.metadata?.deletionTimestamp ?? "")) > STUCK_STOP_MS,
+    );
+    return { done: false, requeueAfterMs: stuck ? WAIT_MS : WAIT_SHORT_MS };
   }
   await deps.guard();
   // The restored members' logs start afresh: a later 3.6 → 3.7 upgrade drains them again.
