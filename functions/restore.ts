@@ -33,12 +33,12 @@ import { type BackupMetadata, META_SUFFIX, restoreCandidate } from "./backup-obj
 
 /** A seed member that does not serve within this time fails the restore. */
 export const SEED_TIMEOUT_MS = 15 * 60_000;
-/** The key of that read: any key will do, the answer's header carries the store's revision. */
+/** The key a seed is read at to learn its revision: any key will do, the answer's header has it. */
 const SERVING_PROBE_KEY = "etcd-operator/restore-serving-probe";
 const SERVING_PROBE_TIMEOUT_MS = 1_000;
 /**
- * How soon a phase that waits looks again: seconds while pods download or stop, a quarter of one
- * once the seeds' etcd runs and the cluster is about to serve.
+ * How soon a phase that waits looks again: a second while the seeds download, a quarter of one
+ * once their etcd runs and the cluster is about to serve (or old pods are about to be gone).
  */
 const WAIT_MS = 1_000;
 const WAIT_SHORT_MS = 250;
