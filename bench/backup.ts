@@ -131,7 +131,6 @@ async function operatorBackup(name: string, key: string) {
   }
 }
 
-/** Resolves once every endpoint answers `etcdctl endpoint health`. */
 /** Whether every endpoint answers `etcdctl endpoint health` now. */
 async function isHealthy(endpoints: string[]): Promise<boolean> {
   try {
@@ -142,6 +141,7 @@ async function isHealthy(endpoints: string[]): Promise<boolean> {
   }
 }
 
+/** Resolves once every endpoint answers `etcdctl endpoint health`. */
 async function waitHealthy(endpoints: string[], timeoutMs: number): Promise<void> {
   const deadline = Date.now() + timeoutMs;
   while (!(await isHealthy(endpoints))) {
@@ -182,20 +182,12 @@ function cpuSince(before: CpuUse): CpuUse {
 
 /** Median and spread of each CPU figure over the runs. */
 function cpuSummary(uses: readonly CpuUse[]): Record<keyof CpuUse, ReturnType<typeof summary>> {
-  return {
-    machine: summary(
-      uses.map((u) => u.machine),
+  const of = (key: keyof CpuUse) =>
+    summary(
+      uses.map((u) => u[key]),
       1,
-    ),
-    store: summary(
-      uses.map((u) => u.store),
-      1,
-    ),
-    worker: summary(
-      uses.map((u) => u.worker),
-      1,
-    ),
-  };
+    );
+  return { machine: of("machine"), store: of("store"), worker: of("worker") };
 }
 
 async function withCpu<T>(work: () => Promise<T>): Promise<{ value: T; cpu: CpuUse }> {
@@ -333,9 +325,8 @@ async function operatorRestore(key: string): Promise<{
   let completed = Number.NaN;
   try {
     await waitRestore(c, NS, NAME, "Completed", 1_800_000);
-    const completedAt = seconds(started);
-    completed = completedAt;
-    while (servingAt === undefined && seconds(started) - completedAt < 300)
+    completed = seconds(started);
+    while (servingAt === undefined && seconds(started) - completed < 300)
       await new Promise((r) => setTimeout(r, 100));
   } finally {
     watching = false;

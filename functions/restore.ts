@@ -308,15 +308,15 @@ export async function restoreStep(restore: EtcdRestore, deps: RestoreDeps): Prom
   // restart): a download takes far longer than their 1 s grace period, and the restore completes
   // only once every old member is gone. Old and new members cannot talk: the seeds have names and
   // a cluster token of their own.
-  const oldMembers = (await deps.kube.listMemberPods(namespace, clusterName)).filter(
-    (pod) => !seedNames.includes(pod.metadata?.name ?? ""),
-  );
+  // One list per look gives both the old members and the seeds already created.
+  const memberPods = await deps.kube.listMemberPods(namespace, clusterName);
+  const oldMembers = memberPods.filter((pod) => !seedNames.includes(pod.metadata?.name ?? ""));
   await stopMembers(oldMembers, namespace, deps);
   const started = Date.parse(status.startTime ?? now().toISOString());
   const pods: V1Pod[] = [];
   const created: string[] = [];
   for (const member of initialCluster) {
-    const existing = await deps.kube.getPod(namespace, member.name);
+    const existing = memberPods.find((pod) => pod.metadata?.name === member.name);
     if (existing) {
       pods.push(existing);
       continue;
