@@ -272,6 +272,7 @@ async function manualRestore(key: string, round: number): Promise<number> {
 async function operatorRestore(key: string): Promise<{
   completed: number;
   serving: number;
+  unavailable: number;
   cpu: CpuUse;
   phases: Record<string, number>;
   etcdStartedSeconds: number[];
@@ -298,6 +299,8 @@ async function operatorRestore(key: string): Promise<{
   await waitReady(c, NS, NAME, size, 300_000);
   const cpuBefore = cpuCounters();
   const started = performance.now();
+  // The pods' timestamps are wall-clock: taken from the same moment as `started`.
+  const startedWall = Date.now();
   await createRestore(c, NS, NAME, {
     backupStorageType: "S3",
     s3: { path: `bench/${key}`, awsSecret: "aws", endpoint: s3?.endpoint, forcePathStyle: true },
@@ -336,15 +339,14 @@ async function operatorRestore(key: string): Promise<{
   const serving = servingAt ?? Number.NaN;
   await waitReady(c, NS, NAME, size, 1_800_000);
   const pods = await core.listNamespacedPod({ namespace: NS, labelSelector: `etcd_cluster=${NAME}` });
-  const wall = Date.now() - serving * 1000;
   const etcdStartedSeconds = pods.items
     .map((p) => p.status?.containerStatuses?.find((s) => s.name === "etcd")?.state?.running?.startedAt)
     .filter((at): at is Date => at !== undefined)
-    .map((at) => Number(((new Date(at).getTime() - wall) / 1000).toFixed(1)))
+    .map((at) => Number(((new Date(at).getTime() - startedWall) / 1000).toFixed(1)))
     .sort((a, b) => a - b);
   // Each seed's init containers (fetch, etcdutl restore, install): when each ran, from the request.
   const at = (time: Date | string | undefined) =>
-    time === undefined ? Number.NaN : Number(((new Date(time).getTime() - wall) / 1000).toFixed(1));
+    time === undefined ? Number.NaN : Number(((new Date(time).getTime() - startedWall) / 1000).toFixed(1));
   const initContainers: Record<string, [number, number][]> = {};
   for (const pod of pods.items) {
     for (const status of pod.status?.initContainerStatuses ?? []) {
@@ -359,7 +361,9 @@ async function operatorRestore(key: string): Promise<{
   progress(
     `restore trace: phases first seen at ${JSON.stringify(phases)} s; init containers ${JSON.stringify(initContainers)}; etcd started at ${etcdStartedSeconds.join(", ")} s`,
   );
-  return { completed, serving, cpu, phases, etcdStartedSeconds, initContainers };
+  // Staged, the old members serve until Replacing: the cluster is without service from then on.
+  const unavailable = Number((serving - (phases.Replacing ?? 0)).toFixed(2));
+  return { completed, serving, unavailable, cpu, phases, etcdStartedSeconds, initContainers };
 }
 
 const loadBefore = load();
@@ -370,6 +374,7 @@ const figures = {
   rssGrowthMiB: [] as number[],
   restore: [] as number[],
   restoreCompleted: [] as number[],
+  restoreUnavailable: [] as number[],
   restoreTraces: [] as {
     phases: Record<string, number>;
     etcdStartedSeconds: number[];
@@ -419,6 +424,7 @@ try {
     figures.cpu.restore.push(restored.cpu);
     figures.restore.push(restored.serving);
     figures.restoreCompleted.push(restored.completed);
+    figures.restoreUnavailable.push(restored.unavailable);
     figures.restoreTraces.push({
       phases: restored.phases,
       etcdStartedSeconds: restored.etcdStartedSeconds,
@@ -473,6 +479,10 @@ try {
       bytes: backupBytes,
       secondsToServing: restore,
       secondsToCompleted: summary(figures.restoreCompleted, 2),
+      secondsWithoutService: {
+        what: "from the old members' stop (phase Replacing first seen) to every restored member healthy; the old members serve before",
+        ...summary(figures.restoreUnavailable, 2),
+      },
       cores: availableParallelism(),
       cpuSeconds: cpuSummary(figures.cpu.restore),
       trace: {

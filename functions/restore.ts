@@ -1,21 +1,31 @@
 // Function: recreate an EtcdCluster from a backup (EtcdRestore). One phase per call; the job
 // comes back until the restore is Completed or Failed, and every phase re-reads the world, so a
-// worker killed anywhere resumes where it was.
-//   Verifying  read the whole backup and check it (SHA-256 from its metadata file, etcd's own
-//              trailer hash, size). Nothing is touched: a corrupt, truncated or missing backup,
-//              bad credentials or an unreachable store end the restore here, cluster untouched.
-//   Replacing  mark the EtcdCluster as being restored (the reconcile then keeps off it) and
-//              delete its member pods (the seeds start while they stop).
-//   Seeding    start spec.size members at once whose init containers restore the backup into
-//              their data dirs with the new cluster's membership (shared/restore-pods.ts), as
-//              etcd's disaster recovery does it; once a majority serves, check the revision against
-//              the backup's and lift the mark. (Seeding one member and adding the others took twice
-//              as long: each added member receives the whole database again from the leader.)
+// worker killed anywhere resumes where it was. Two routes, chosen in Verifying and kept in status:
+//
+// Staged (the default): the new members are prepared while the old ones still serve.
+//   Verifying  find the backup and its metadata (SHA-256, size, revision). Nothing is touched: a
+//              missing backup, bad credentials or an unreachable store end the restore here.
+//   Staging    mark the EtcdCluster as being restored (the reconcile then keeps off it) and start
+//              spec.size seed members whose init containers download the backup, prove its bytes
+//              (its SHA-256, else etcd's trailer), `etcdutl snapshot restore` it into their data
+//              dirs with the new cluster's membership, and then wait at a start gate. A bad backup
+//              or a seed that cannot prepare ends the restore: the seeds go, the cluster is as it was.
+//   Replacing  once every seed waits at its gate: delete the old members' pods; once they are
+//              gone, let the seeds' etcd start.
+// InPlace (when the members must stay on different nodes, or the seeds cannot be placed beside
+// the old members): the old members stop first, so the operator reads the whole backup and checks
+// it in Verifying before that; Replacing deletes the old members and Seeding starts the seeds at once.
+//
+//   Seeding    both routes: once a majority of the seeds serves, check the revision against the
+//              backup's, wait for the old pods to be gone and lift the mark. (Seeding one member and
+//              adding the others took twice as long: each added member receives the whole database
+//              again from the leader.)
 import { Writable } from "node:stream";
 import { pipeline } from "node:stream/promises";
 import type { V1Pod } from "@kubernetes/client-node";
 import {
   type EtcdCluster,
+  type NormalizedSpec,
   OLD_LOG_DRAINED_ANNOTATION,
   RESTORE_ANNOTATION,
 } from "../shared/api/etcd-cluster.ts";
@@ -24,11 +34,21 @@ import { validateEtcdClusterSpec } from "../shared/api/validate-etcd-cluster.ts"
 import { createEtcdClient, type EtcdClientOptions } from "../shared/etcd-members.ts";
 import { SnapshotDigest } from "../shared/etcd-snapshot.ts";
 import type { Kube } from "../shared/kube.ts";
+import { httpStatusOf } from "../shared/kube-errors.ts";
 import type { Logger } from "../shared/log.ts";
-import { imageOf, memberPod, newMemberName, peerURL } from "../shared/member-pods.ts";
+import { imageOf, memberPod, membersMustStayApart, newMemberName, peerURL } from "../shared/member-pods.ts";
 import { createMemberPodWithTls } from "../shared/member-tls.ts";
 import { type ObjectStore, ObjectStoreError, openStore } from "../shared/object-store/index.ts";
 import { type RestoreSource, restoreSeedPod } from "../shared/restore-pods.ts";
+import {
+  badBackup,
+  failingRepeatedly,
+  fetchSucceeded,
+  openStartGate,
+  seedProblem,
+  unschedulable,
+  waitingAtStartGate,
+} from "../shared/restore-seeds.ts";
 import { type BackupMetadata, META_SUFFIX, restoreCandidate } from "./backup-objects.ts";
 
 /** A seed member that does not serve within this time fails the restore. */
@@ -38,7 +58,7 @@ const SERVING_PROBE_KEY = "etcd-operator/restore-serving-probe";
 const SERVING_PROBE_TIMEOUT_MS = 1_000;
 /**
  * How soon a phase that waits looks again: a second while the seeds download, a quarter of one
- * once their etcd runs and the cluster is about to serve (or old pods are about to be gone).
+ * once they are about to be ready, their etcd runs, or old pods are about to be gone.
  */
 const WAIT_MS = 1_000;
 const WAIT_SHORT_MS = 250;
@@ -89,45 +109,67 @@ function parseMetadata(text: string | undefined): BackupMetadata | undefined {
   }
 }
 
-/** Reads the backup end to end and checks it; returns what the status records. */
-async function verifyBackup(restore: EtcdRestore, deps: RestoreDeps): Promise<EtcdRestoreStatus> {
+/** Reads the whole object and checks it against its metadata and etcd's trailer (the InPlace route). */
+async function readAndCheck(
+  store: ObjectStore,
+  key: string,
+  path: string,
+  metadata: BackupMetadata | undefined,
+): Promise<{ size: number; sha256: string | undefined }> {
+  // One pass gives both checks: the whole-object SHA-256 against the backup's metadata (when
+  // there is some), and etcd's trailer. The seeds compare that SHA-256 rather than hash again.
+  const digest = new SnapshotDigest();
+  const discard = new Writable({ write: (_chunk, _encoding, done) => done() });
+  await pipeline(await store.download(key), digest, discard);
+  const result = digest.result();
+  if (metadata && metadata.sha256 !== result.sha256) {
+    throw new RestoreFailed(
+      `backup ${path} is corrupt: its SHA-256 is ${result.sha256}, the backup recorded ${metadata.sha256}`,
+    );
+  }
+  if (metadata && metadata.size !== result.size) {
+    throw new RestoreFailed(
+      `backup ${path} is truncated: ${result.size} bytes, the backup recorded ${metadata.size}`,
+    );
+  }
+  if (!result.trailerValid) {
+    throw new RestoreFailed(
+      `backup ${path} is corrupt or truncated: etcd's snapshot hash does not match its data`,
+    );
+  }
+  return { size: result.size, sha256: result.sha256 };
+}
+
+/**
+ * Finds the backup object and its metadata; with `readAll` also reads the whole object and checks
+ * it. Returns what the status records. (Staged, the seeds check the bytes as they download them.)
+ */
+async function locateBackup(
+  restore: EtcdRestore,
+  deps: RestoreDeps,
+  readAll: boolean,
+): Promise<EtcdRestoreStatus> {
   const namespace = restore.metadata?.namespace ?? "default";
   const opened = await openStore(restore.spec.backupStorageType, restore.spec, (name) =>
     deps.kube.readSecret(namespace, name),
   );
   const { store } = opened;
   try {
-    const keys = (await store.list(opened.key)).map((o) => o.key);
-    const key = restoreCandidate(opened.key, keys);
+    const objects = await store.list(opened.key);
+    const key = restoreCandidate(
+      opened.key,
+      objects.map((o) => o.key),
+    );
     const where = `${store.kind.toLowerCase()}://${store.bucket}/${opened.key}`;
     if (!key) throw new RestoreFailed(`no backup at ${where} (nor periodic backups under that path)`);
     const path = `${store.kind.toLowerCase()}://${store.bucket}/${key}`;
     const metadata = parseMetadata(await readText(store, `${key}${META_SUFFIX}`));
-    // One pass gives both checks: the whole-object SHA-256 against the backup's metadata (when
-    // there is some), and etcd's trailer. The seeds compare that SHA-256 rather than hash again.
-    const digest = new SnapshotDigest();
-    const discard = new Writable({ write: (_chunk, _encoding, done) => done() });
-    await pipeline(await store.download(key), digest, discard);
-    const result = digest.result();
-    if (metadata && metadata.sha256 !== result.sha256) {
-      throw new RestoreFailed(
-        `backup ${path} is corrupt: its SHA-256 is ${result.sha256}, the backup recorded ${metadata.sha256}`,
-      );
-    }
-    if (metadata && metadata.size !== result.size) {
-      throw new RestoreFailed(
-        `backup ${path} is truncated: ${result.size} bytes, the backup recorded ${metadata.size}`,
-      );
-    }
-    if (!result.trailerValid) {
-      throw new RestoreFailed(
-        `backup ${path} is corrupt or truncated: etcd's snapshot hash does not match its data`,
-      );
-    }
+    const checked = readAll ? await readAndCheck(store, key, path, metadata) : undefined;
+    const size = checked?.size ?? metadata?.size ?? objects.find((o) => o.key === key)?.size;
     return {
       backupPath: path,
-      backupSize: result.size,
-      sha256: result.sha256,
+      backupSize: size,
+      sha256: checked?.sha256 ?? metadata?.sha256,
       backupRevision: metadata?.revision,
     };
   } finally {
@@ -150,20 +192,9 @@ function seedSource(restore: EtcdRestore, status: EtcdRestoreStatus): RestoreSou
     s3ForcePathStyle: restore.spec.s3?.forcePathStyle,
     ossEndpoint: restore.spec.oss?.endpoint,
     sha256: status.sha256,
+    // The size is checked only with the SHA-256 it was recorded with (the listing's is not a record).
+    size: status.sha256 ? status.backupSize : undefined,
   };
-}
-
-/** Why the seed pod is not up yet, from its init containers, for the status. */
-function seedProblem(pod: V1Pod): string | undefined {
-  for (const c of pod.status?.initContainerStatuses ?? []) {
-    const last = c.lastState?.terminated ?? c.state?.terminated;
-    if (last && last.exitCode !== 0)
-      return `init container ${c.name} failed: ${last.message ?? last.reason ?? `exit ${last.exitCode}`}`;
-    const waiting = c.state?.waiting;
-    if (waiting?.reason && waiting.reason !== "PodInitializing")
-      return `init container ${c.name}: ${waiting.reason} ${waiting.message ?? ""}`.trim();
-  }
-  return undefined;
 }
 
 /**
@@ -186,12 +217,12 @@ async function servingRevision(endpoint: string, options: EtcdClientOptions): Pr
 }
 
 /**
- * Deletes the old members' pods. Their data is being replaced, so nothing is gained by letting them
- * shut down gracefully: a member's graceful stop (a leader handing over to peers that are stopping
- * too, the database closed) took 7–8 s of a restore. One second, then SIGKILL (etcd's data dir is
- * crash-safe), and not 0, which would remove the pod object before its process is gone.
+ * Deletes pods: the old members' (their data is being replaced, so nothing is gained by letting
+ * them shut down gracefully: a member's graceful stop, a leader handing over to peers that are
+ * stopping too, took 7–8 s of a restore) or seeds given up. One second, then SIGKILL (etcd's data
+ * dir is crash-safe), and not 0, which would remove the pod object before its process is gone.
  */
-async function stopMembers(pods: readonly V1Pod[], namespace: string, deps: RestoreDeps): Promise<void> {
+async function stopPods(pods: readonly V1Pod[], namespace: string, deps: RestoreDeps): Promise<void> {
   for (const pod of pods) {
     if (pod.metadata?.deletionTimestamp) continue;
     await deps.guard();
@@ -204,12 +235,96 @@ function etcdRunning(pod: V1Pod): boolean {
   return (pod.status?.containerStatuses ?? []).some((c) => c.name === "etcd" && c.state?.running);
 }
 
+/** Whether the API refused a pod for the namespace's ResourceQuota (403 "exceeded quota"). */
+function refusedByQuota(error: unknown): boolean {
+  if (httpStatusOf(error) !== 403) return false;
+  const body = typeof error === "object" && error !== null && "body" in error ? String(error.body) : "";
+  return /exceeded quota|forbidden: exceeded/i.test(`${body} ${error instanceof Error ? error.message : ""}`);
+}
+
+interface SeedPlan {
+  names: string[];
+  initialCluster: { name: string; peerURL: string }[];
+}
+
+function seedPlan(
+  status: EtcdRestoreStatus,
+  clusterName: string,
+  namespace: string,
+  spec: NormalizedSpec,
+): SeedPlan {
+  // A restore started by an operator that seeded one member has only `seedMember`.
+  const names = status.seedMembers?.length ? status.seedMembers : [status.seedMember ?? ""];
+  return {
+    names,
+    initialCluster: names.map((name) => ({
+      name,
+      peerURL: peerURL(name, clusterName, namespace, spec.pod.ClusterDomain),
+    })),
+  };
+}
+
+/** Creates the seeds that do not exist yet (with a start gate while old members may serve). */
+async function createSeeds(
+  restore: EtcdRestore,
+  cluster: EtcdCluster,
+  spec: NormalizedSpec,
+  plan: SeedPlan,
+  existing: readonly V1Pod[],
+  gated: boolean,
+  deps: RestoreDeps,
+): Promise<string[]> {
+  const uid = restore.metadata?.uid ?? "";
+  const status = restore.status ?? {};
+  const clusterName = cluster.metadata?.name ?? "";
+  const created: string[] = [];
+  for (const member of plan.initialCluster) {
+    if (existing.some((pod) => pod.metadata?.name === member.name)) continue;
+    await deps.guard();
+    const base = memberPod({
+      cluster,
+      spec,
+      name: member.name,
+      initialCluster: plan.initialCluster,
+      state: "new",
+    });
+    const pod = restoreSeedPod({
+      pod: base,
+      source: seedSource(restore, status),
+      operatorImage: deps.operatorImage,
+      etcdImage: imageOf(spec),
+      memberName: member.name,
+      peerURL: member.peerURL,
+      initialCluster: plan.initialCluster,
+      clusterToken: `${clusterName}-restore-${uid}`,
+      startToken: gated ? uid : undefined,
+    });
+    // TLS clusters are refused before a restore gets here.
+    await createMemberPodWithTls(deps.kube, cluster, spec, pod, undefined);
+    created.push(member.name);
+  }
+  if (created.length > 0) {
+    await deps.kube.event(
+      cluster,
+      "Normal",
+      "RestoreSeedCreated",
+      `seed member${created.length > 1 ? "s" : ""} ${created.join(", ")} ${gated ? "prepare" : "start"}${created.length > 1 ? "" : "s"} from ${status.backupPath}${gated ? " while the members serve" : ""}`,
+    );
+  }
+  return created;
+}
+
 export async function restoreStep(restore: EtcdRestore, deps: RestoreDeps): Promise<RestoreResult> {
   const now = deps.now ?? (() => new Date());
   const namespace = restore.metadata?.namespace ?? "default";
   const clusterName = restore.spec.etcdCluster.name;
   const status = restore.status ?? {};
-  const fail = async (message: string, cluster?: EtcdCluster): Promise<RestoreResult> => {
+  // With the cluster given, its restore mark (when `marked`: as read, unless set since) is lifted.
+  const fail = async (
+    message: string,
+    cluster?: EtcdCluster,
+    marked = Boolean(cluster?.metadata?.annotations?.[RESTORE_ANNOTATION]),
+  ): Promise<RestoreResult> => {
     const failed: EtcdRestoreStatus = {
       ...status,
       phase: "Failed",
@@ -219,7 +334,7 @@ export async function restoreStep(restore: EtcdRestore, deps: RestoreDeps): Prom
     };
     await deps.kube.patchRestoreStatus(restore, failed);
     await deps.kube.event(restore, "Warning", "RestoreFailed", message);
-    if (cluster?.metadata?.annotations?.[RESTORE_ANNOTATION]) {
+    if (cluster && marked) {
       await deps.kube.event(
         cluster,
         "Warning",
@@ -250,18 +365,40 @@ export async function restoreStep(restore: EtcdRestore, deps: RestoreDeps): Prom
     return fail(
       `EtcdCluster ${clusterName} uses TLS (spec.TLS.static): restoring it from a backup is not supported yet; nothing was changed`,
     );
+  const uid = restore.metadata?.uid ?? "";
 
   if (!status.phase || status.phase === "Verifying") {
     const startTime = status.startTime ?? now().toISOString();
-    await deps.kube.patchRestoreStatus(restore, { phase: "Verifying", startTime });
+    const route = status.route ?? (membersMustStayApart(spec.pod) ? "InPlace" : "Staged");
+    await deps.kube.patchRestoreStatus(restore, { phase: "Verifying", startTime, route });
     try {
       source(restore);
-      const verified = await verifyBackup(restore, deps);
-      const next: EtcdRestoreStatus = { ...verified, phase: "Replacing", startTime, reason: "" };
-      await deps.kube.patchRestoreStatus(restore, next);
-      const check = verified.sha256 ? `sha256 ${verified.sha256.slice(0, 12)}…` : "etcd's snapshot hash";
-      const message = `backup ${verified.backupPath} verified (${verified.backupSize} bytes, ${check}); replacing the members of ${clusterName}`;
-      log.info({ backup: verified.backupPath }, message);
+      const located = await locateBackup(restore, deps, route === "InPlace");
+      const check = located.sha256 ? `sha256 ${located.sha256.slice(0, 12)}…` : "etcd's snapshot hash";
+      const size = located.backupSize === undefined ? "" : `${located.backupSize} bytes, `;
+      if (route === "Staged") {
+        const seedMembers = Array.from({ length: spec.size }, () => newMemberName(clusterName));
+        await deps.kube.patchRestoreStatus(restore, {
+          ...located,
+          phase: "Staging",
+          seedMember: seedMembers[0],
+          seedMembers,
+          reason: "",
+        });
+        const message = `backup ${located.backupPath} found (${size}checked by each new member: ${check}); the members of ${clusterName} serve until the new ones are ready`;
+        log.info({ backup: located.backupPath }, message);
+        await deps.kube.event(restore, "Normal", "BackupFound", message);
+        await deps.kube.event(
+          cluster,
+          "Normal",
+          "RestoreStarted",
+          `restore ${restore.metadata?.name}: ${message}`,
+        );
+        return { done: false, requeueAfterMs: 0 };
+      }
+      await deps.kube.patchRestoreStatus(restore, { ...located, phase: "Replacing", reason: "" });
+      const message = `backup ${located.backupPath} verified (${size}${check}); replacing the members of ${clusterName} (they must stay on different nodes: they stop first)`;
+      log.info({ backup: located.backupPath }, message);
       await deps.kube.event(restore, "Normal", "BackupVerified", message);
       await deps.kube.event(
         cluster,
@@ -276,13 +413,103 @@ export async function restoreStep(restore: EtcdRestore, deps: RestoreDeps): Prom
     }
   }
 
-  const uid = restore.metadata?.uid ?? "";
-  if (status.phase === "Replacing") {
+  const plan = seedPlan(status, clusterName, namespace, spec);
+  const started = Date.parse(status.startTime ?? now().toISOString());
+  const elapsedMs = now().getTime() - started;
+
+  if (status.phase === "Staging") {
     await deps.guard();
     if (cluster.metadata?.annotations?.[RESTORE_ANNOTATION] !== uid) {
       await deps.kube.annotateCluster(cluster, { [RESTORE_ANNOTATION]: uid });
     }
-    await stopMembers(await deps.kube.listMemberPods(namespace, clusterName), namespace, deps);
+    const memberPods = await deps.kube.listMemberPods(namespace, clusterName);
+    const seeds = memberPods.filter((pod) => plan.names.includes(pod.metadata?.name ?? ""));
+    // Ends the restore before anything of the cluster was touched: the seeds go, the mark is lifted.
+    const giveUp = async (message: string): Promise<RestoreResult> => {
+      await stopPods(seeds, namespace, deps);
+      return fail(`${message}; the cluster was not changed`, cluster, true);
+    };
+    // The seeds cannot be placed beside the old members: restore in place instead, the backup
+    // checked by the operator first (the route InPlace takes from the start).
+    const inPlace = async (why: string): Promise<RestoreResult> => {
+      await stopPods(seeds, namespace, deps);
+      await deps.kube.annotateCluster(cluster, { [RESTORE_ANNOTATION]: null });
+      const message = `${why}: restoring in place instead (the old members stop first, after the operator has checked the backup)`;
+      await deps.kube.patchRestoreStatus(restore, {
+        phase: "Verifying",
+        route: "InPlace",
+        seedMember: null,
+        seedMembers: null,
+        reason: message,
+      });
+      log.warn(message);
+      await deps.kube.event(restore, "Warning", "RestoreInPlace", message);
+      return { done: false, requeueAfterMs: 0 };
+    };
+    try {
+      if ((await createSeeds(restore, cluster, spec, plan, seeds, true, deps)).length > 0)
+        return { done: false, requeueAfterMs: WAIT_MS };
+    } catch (error) {
+      if (refusedByQuota(error))
+        return inPlace(`the namespace's ResourceQuota refused the new members beside the old ones`);
+      throw error;
+    }
+    for (const seed of seeds) {
+      const name = seed.metadata?.name ?? "";
+      const bad = badBackup(seed);
+      if (bad) return giveUp(bad);
+      const failing = failingRepeatedly(seed);
+      if (failing) return giveUp(`seed member ${name} could not prepare the backup: ${failing}`);
+      const noRoom = unschedulable(seed);
+      if (noRoom) return inPlace(`seed member ${name} fits on no node beside the old members (${noRoom})`);
+    }
+    if (elapsedMs > SEED_TIMEOUT_MS) {
+      const problem = seeds.map(seedProblem).find((p) => p !== undefined);
+      return giveUp(
+        `the seed members were not ready within ${SEED_TIMEOUT_MS / 60_000} minutes${problem ? `: ${problem}` : ""}`,
+      );
+    }
+    if (seeds.length === plan.names.length && seeds.every(waitingAtStartGate)) {
+      await deps.kube.patchRestoreStatus(restore, { phase: "Replacing", reason: "" });
+      const message = `every seed member has its restored data in place; the old members of ${clusterName} stop now`;
+      log.info(message);
+      await deps.kube.event(restore, "Normal", "SeedsReady", message);
+      return { done: false, requeueAfterMs: 0 };
+    }
+    const problem = seeds.map(seedProblem).find((p) => p !== undefined);
+    if (problem && problem !== status.reason)
+      await deps.kube.patchRestoreStatus(restore, { reason: problem });
+    return { done: false, requeueAfterMs: seeds.every(fetchSucceeded) ? WAIT_SHORT_MS : WAIT_MS };
+  }
+
+  if (status.phase === "Replacing") {
+    await deps.guard();
+    if (cluster.metadata?.annotations?.[RESTORE_ANNOTATION] !== uid) {
+      if (status.route !== "InPlace" && status.route !== undefined)
+        return fail(`the cluster's ${RESTORE_ANNOTATION} annotation no longer names this restore`);
+      await deps.kube.annotateCluster(cluster, { [RESTORE_ANNOTATION]: uid });
+    }
+    const memberPods = await deps.kube.listMemberPods(namespace, clusterName);
+    if (status.route === "Staged") {
+      const oldMembers = memberPods.filter((pod) => !plan.names.includes(pod.metadata?.name ?? ""));
+      await stopPods(oldMembers, namespace, deps);
+      if (oldMembers.length > 0) {
+        // Normally gone within a second or two. A pod on a node that no longer answers stays
+        // Terminating until someone force-deletes it: the status says which, and the wait slows.
+        const names = oldMembers.map((pod) => pod.metadata?.name ?? "").join(", ");
+        const waiting = `the new members are ready; waiting for the old members' pods to be gone: ${names}`;
+        if (status.reason !== waiting) await deps.kube.patchRestoreStatus(restore, { reason: waiting });
+        return { done: false, requeueAfterMs: stuck(oldMembers, now()) ? WAIT_MS : WAIT_SHORT_MS };
+      }
+      // Seeding lets the seeds' etcd start.
+      await deps.kube.patchRestoreStatus(restore, { phase: "Seeding", reason: "" });
+      return { done: false, requeueAfterMs: 0 };
+    }
+    await stopPods(
+      memberPods.filter((pod) => !plan.names.includes(pod.metadata?.name ?? "")),
+      namespace,
+      deps,
+    );
     const seedMembers =
       status.seedMembers ?? Array.from({ length: spec.size }, () => newMemberName(clusterName));
     await deps.kube.patchRestoreStatus(restore, {
@@ -298,53 +525,27 @@ export async function restoreStep(restore: EtcdRestore, deps: RestoreDeps): Prom
     // The mark was lifted by hand or by another restore: this one no longer owns the cluster.
     return fail(`the cluster's ${RESTORE_ANNOTATION} annotation no longer names this restore`);
   }
-  // A restore started by an operator that seeded one member has only `seedMember`.
-  const seedNames = status.seedMembers?.length ? status.seedMembers : [status.seedMember ?? ""];
-  const initialCluster = seedNames.map((name) => ({
-    name,
-    peerURL: peerURL(name, clusterName, namespace, spec.pod.ClusterDomain),
-  }));
-  // The seeds start while the old members stop (Replacing asked them to; asked again after a
-  // restart): a download takes far longer than their 1 s grace period, and the restore completes
-  // only once every old member is gone. Old and new members cannot talk: the seeds have names and
-  // a cluster token of their own.
+  // InPlace, the seeds start while the old members stop (Replacing asked them to; asked again
+  // after a restart): a download takes far longer than their 1 s grace period, and the restore
+  // completes only once every old member is gone. Old and new members cannot talk: the seeds have
+  // names and a cluster token of their own. Staged, the old members are gone already.
   // One list per look gives both the old members and the seeds already created.
   const memberPods = await deps.kube.listMemberPods(namespace, clusterName);
-  const oldMembers = memberPods.filter((pod) => !seedNames.includes(pod.metadata?.name ?? ""));
-  await stopMembers(oldMembers, namespace, deps);
-  const started = Date.parse(status.startTime ?? now().toISOString());
-  const pods: V1Pod[] = [];
-  const created: string[] = [];
-  for (const member of initialCluster) {
-    const existing = memberPods.find((pod) => pod.metadata?.name === member.name);
-    if (existing) {
-      pods.push(existing);
-      continue;
+  const oldMembers = memberPods.filter((pod) => !plan.names.includes(pod.metadata?.name ?? ""));
+  await stopPods(oldMembers, namespace, deps);
+  const pods = memberPods.filter((pod) => plan.names.includes(pod.metadata?.name ?? ""));
+  // A seed missing now (deleted by hand, its node lost) starts ungated: the old members are gone
+  // or going, as they are for every seed InPlace.
+  const created = await createSeeds(restore, cluster, spec, plan, pods, false, deps);
+  if (created.length > 0) return { done: false, requeueAfterMs: WAIT_MS };
+  if (oldMembers.length === 0) {
+    for (const pod of pods.filter(waitingAtStartGate)) {
+      const ip = pod.status?.podIP;
+      if (!ip) continue;
+      await deps.guard();
+      if (await openStartGate(ip, uid))
+        log.info({ seed: pod.metadata?.name }, "seed member's etcd let start");
     }
-    await deps.guard();
-    const base = memberPod({ cluster, spec, name: member.name, initialCluster, state: "new" });
-    const pod = restoreSeedPod({
-      pod: base,
-      source: seedSource(restore, status),
-      operatorImage: deps.operatorImage,
-      etcdImage: imageOf(spec),
-      memberName: member.name,
-      peerURL: member.peerURL,
-      initialCluster,
-      clusterToken: `${clusterName}-restore-${uid}`,
-    });
-    // TLS clusters are refused before a restore gets here.
-    await createMemberPodWithTls(deps.kube, cluster, spec, pod, undefined);
-    created.push(member.name);
-  }
-  if (created.length > 0) {
-    await deps.kube.event(
-      cluster,
-      "Normal",
-      "RestoreSeedCreated",
-      `seed member${created.length > 1 ? "s" : ""} ${created.join(", ")} start${created.length > 1 ? "" : "s"} from ${status.backupPath}`,
-    );
-    return { done: false, requeueAfterMs: WAIT_MS };
   }
   // Ready means etcd's /health passed, which needs a leader: a majority of the seeds has formed
   // the cluster. (A linearizable read of one seed says as much up to 2 s sooner, but the cluster
@@ -355,18 +556,18 @@ export async function restoreStep(restore: EtcdRestore, deps: RestoreDeps): Prom
     (pod) =>
       pod.status?.podIP && pod.status.conditions?.some((c) => c.type === "Ready" && c.status === "True"),
   );
-  const quorum = Math.floor(initialCluster.length / 2) + 1;
+  const quorum = Math.floor(plan.initialCluster.length / 2) + 1;
   let revision: number | undefined;
   for (const pod of serving.length >= quorum ? serving : []) {
     revision = await servingRevision(`http://${pod.status?.podIP}:2379`, deps.etcd);
     if (revision !== undefined) break;
   }
-  // Once a seed's etcd runs, its readiness is at most a probe period (2 s) away: looked at often.
-  const running = pods.some(etcdRunning);
-  const seedMember = seedNames.join(", ");
+  // Once a seed's etcd runs (or waits at its gate), its readiness is at most moments away: looked at often.
+  const soon = pods.some((pod) => etcdRunning(pod) || waitingAtStartGate(pod));
+  const seedMember = plan.names.join(", ");
   if (revision === undefined) {
     const problem = pods.map(seedProblem).find((p) => p !== undefined);
-    if (now().getTime() - started > SEED_TIMEOUT_MS) {
+    if (elapsedMs > SEED_TIMEOUT_MS) {
       return fail(
         `seed member(s) ${seedMember} did not serve within ${SEED_TIMEOUT_MS / 60_000} minutes${problem ? `: ${problem}` : ""}`,
         cluster,
@@ -374,7 +575,7 @@ export async function restoreStep(restore: EtcdRestore, deps: RestoreDeps): Prom
     }
     if (problem && problem !== status.reason)
       await deps.kube.patchRestoreStatus(restore, { reason: problem });
-    return { done: false, requeueAfterMs: running ? WAIT_SHORT_MS : WAIT_MS };
+    return { done: false, requeueAfterMs: soon ? WAIT_SHORT_MS : WAIT_MS };
   }
   if (status.backupRevision !== undefined && revision < status.backupRevision) {
     return fail(
@@ -383,15 +584,10 @@ export async function restoreStep(restore: EtcdRestore, deps: RestoreDeps): Prom
     );
   }
   if (oldMembers.length > 0) {
-    // Normally gone within a second or two. A pod on a node that no longer answers stays
-    // Terminating until someone force-deletes it: the status says which, and the wait slows down.
     const names = oldMembers.map((pod) => pod.metadata?.name ?? "").join(", ");
     const waiting = `the restored members serve; waiting for the old members' pods to be gone: ${names}`;
     if (status.reason !== waiting) await deps.kube.patchRestoreStatus(restore, { reason: waiting });
-    const stuck = oldMembers.every(
-      (pod) => now().getTime() - Date.parse(String(pod.metadata?.deletionTimestamp ?? "")) > STUCK_STOP_MS,
-    );
-    return { done: false, requeueAfterMs: stuck ? WAIT_MS : WAIT_SHORT_MS };
+    return { done: false, requeueAfterMs: stuck(oldMembers, now()) ? WAIT_MS : WAIT_SHORT_MS };
   }
   await deps.guard();
   // The restored members' logs start afresh: a later 3.6 → 3.7 upgrade drains them again.
@@ -408,10 +604,17 @@ export async function restoreStep(restore: EtcdRestore, deps: RestoreDeps): Prom
     completionTime: now().toISOString(),
   };
   await deps.kube.patchRestoreStatus(restore, completed);
-  const seconds = ((now().getTime() - started) / 1000).toFixed(1);
-  const message = `cluster ${clusterName} restored from ${status.backupPath} at revision ${revision} in ${seconds} s with ${initialCluster.length} member(s)${initialCluster.length < spec.size ? `; members are added up to size ${spec.size}` : ""}`;
+  const seconds = (elapsedMs / 1000).toFixed(1);
+  const message = `cluster ${clusterName} restored from ${status.backupPath} at revision ${revision} in ${seconds} s with ${plan.initialCluster.length} member(s)${plan.initialCluster.length < spec.size ? `; members are added up to size ${spec.size}` : ""}`;
   log.info({ revision }, message);
   await deps.kube.event(restore, "Normal", "RestoreSucceeded", message);
   await deps.kube.event(cluster, "Normal", "RestoreSucceeded", message);
   return { done: true, status: completed };
+}
+
+/** Whether every one of these deleted pods has been going for longer than a stop takes. */
+function stuck(pods: readonly V1Pod[], at: Date): boolean {
+  return pods.every(
+    (pod) => at.getTime() - Date.parse(String(pod.metadata?.deletionTimestamp ?? "")) > STUCK_STOP_MS,
+  );
 }

@@ -66,9 +66,10 @@ export function createBackupProcessor(deps: BackupWorkerDeps) {
       const cluster = `${namespace}/${restore.spec.etcdCluster.name}`;
       // restoreStep adds the phase it runs (and logs "restore phase starting").
       const log = deps.log.child({ restore: key, cluster, job: job.id });
-      // Verifying reads the backup only (minutes for a big one): the cluster's reconcile goes on meanwhile.
+      // Verifying reads the backup only (minutes for a big one, in place): the cluster's reconcile
+      // goes on meanwhile. From Staging on, the restore marks the cluster and creates its pods.
       const phase = restore.status?.phase;
-      const changesCluster = phase === "Replacing" || phase === "Seeding";
+      const changesCluster = phase === "Staging" || phase === "Replacing" || phase === "Seeding";
       const acquired = changesCluster
         ? await acquireLease(deps.redis, cluster, deps.config.leaseTtlMs)
         : { lease: { guard: async () => {}, release: async () => {} } };

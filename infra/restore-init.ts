@@ -1,24 +1,46 @@
 // The init containers of a restored seed member, run from the operator's image:
-//   node /app/infra/restore-init.ts fetch    download the backup, checking it on the way
-//   node /app/infra/restore-init.ts install  move the restored data dir into place
-// Between the two, the etcd image's `etcdutl snapshot restore` turns the snapshot into a data dir
-// in a staging directory. Init containers can run again (a pod sandbox re-created after a node
-// restart), so each step is safe to repeat: fetch starts from a clean staging area, and install
-// never replaces a data dir that is already in place (the member may have taken writes since).
+//   node /app/infra/restore-init.ts fetch        download the backup, checking it on the way
+//   node /app/infra/restore-init.ts install      move the restored data dir into place
+//   node /app/infra/restore-init.ts await-start  wait until the operator lets etcd start
+// Between the first two, the etcd image's `etcdutl snapshot restore` turns the snapshot into a
+// data dir in a staging directory. The last one is there when the seeds are prepared while the old
+// members still serve: etcd must not start until they are gone. Init containers can run again (a
+// pod sandbox re-created after a node restart), so each step is safe to repeat: fetch starts from a
+// clean staging area, install never replaces a data dir that is already in place (the member may
+// have taken writes since), and the gate does not wait again once it has let etcd start.
 import {
+  closeSync,
   createWriteStream,
   existsSync,
+  fsyncSync,
   mkdirSync,
+  openSync,
   readdirSync,
   readFileSync,
   renameSync,
   rmSync,
   writeFileSync,
 } from "node:fs";
+import { createServer } from "node:http";
 import { join } from "node:path";
 import { pipeline } from "node:stream/promises";
 import type { BackupStorageType } from "../shared/api/etcd-backup.ts";
-import { RESTORE_DIR, SECRET_DIR, SNAPSHOT_FILE, STAGING_DATA_DIR } from "../shared/restore-paths.ts";
+import {
+  BAD_BACKUP_EXIT_CODE,
+  RESTORE_DIR,
+  SECRET_DIR,
+  SNAPSHOT_FILE,
+  STAGING_DATA_DIR,
+  START_GATE_PATH,
+  START_GATE_PORT,
+  START_GATE_TOKEN_HEADER,
+  START_MARKER,
+} from "../shared/restore-paths.ts";
+
+/** The backup's bytes are not the backup's: trying again cannot help (exit BAD_BACKUP_EXIT_CODE). */
+class BadBackupError extends Error {
+  override name = "BadBackupError";
+}
 
 function required(env: NodeJS.ProcessEnv, name: string): string {
   const value = env[name];
@@ -88,13 +110,15 @@ async function fetchBackup(env: NodeJS.ProcessEnv): Promise<void> {
   const { SnapshotDigest } = await import("../shared/etcd-snapshot.ts");
   const { openStore } = await import("../shared/object-store/index.ts");
   const { store, key } = await openStore(type, sections, async () => readMountedSecret(secretDir));
+  const where = `${store.kind.toLowerCase()}://${store.bucket}/${key}`;
   try {
-    console.log(`fetching ${store.kind.toLowerCase()}://${store.bucket}/${key}`);
-    // The operator verified the object and passes its SHA-256: comparing that one hash proves
-    // the bytes, and `etcdutl snapshot restore` is told to skip its own pass. Without it (a
-    // restore an older operator began), etcdutl checks etcd's trailer and this only copies.
+    console.log(`fetching ${where}`);
+    // The fetch proves the bytes, so `etcdutl snapshot restore` is told to skip its own pass: with
+    // the SHA-256 the backup recorded (passed by the operator), comparing that one hash; without
+    // it, etcd's trailer. The old members keep serving until every seed got this far and further.
     const expected = env.EXPECT_SHA256 || undefined;
-    const digest = new SnapshotDigest(expected ? { trailer: false } : { wholeHash: false, trailer: false });
+    const expectedSize = env.EXPECT_SIZE ? Number(env.EXPECT_SIZE) : undefined;
+    const digest = new SnapshotDigest(expected ? { trailer: false } : { wholeHash: false });
     const started = Date.now();
     await pipeline(await store.download(key), digest, createWriteStream(SNAPSHOT_FILE));
     const result = digest.result();
@@ -102,8 +126,21 @@ async function fetchBackup(env: NodeJS.ProcessEnv): Promise<void> {
     console.log(
       `fetched ${result.size} bytes in ${seconds.toFixed(1)} s${result.sha256 ? `, sha256 ${result.sha256}` : ""}`,
     );
+    // The same words as the operator's own check of a backup (functions/restore.ts).
     if (expected && expected !== result.sha256) {
-      throw new Error(`checksum mismatch: the backup's sha256 is ${result.sha256}, expected ${expected}`);
+      throw new BadBackupError(
+        `backup ${where} is corrupt: its SHA-256 is ${result.sha256}, the backup recorded ${expected}`,
+      );
+    }
+    if (expectedSize !== undefined && expectedSize !== result.size) {
+      throw new BadBackupError(
+        `backup ${where} is truncated: ${result.size} bytes, the backup recorded ${expectedSize}`,
+      );
+    }
+    if (!expected && result.trailerValid !== true) {
+      throw new BadBackupError(
+        `backup ${where} is corrupt or truncated: etcd's snapshot hash does not match its data`,
+      );
     }
   } finally {
     store.close();
@@ -124,11 +161,57 @@ function installDataDir(env: NodeJS.ProcessEnv): void {
   rmSync(RESTORE_DIR, { recursive: true, force: true });
 }
 
+/**
+ * Holds the seed's etcd back until the operator says the old members are gone: it answers on
+ * etcd's client port (free until etcd runs), and a POST that carries the restore's token lets
+ * etcd start. Once let through, a marker on the data volume lets a re-run pass at once.
+ */
+async function awaitStart(env: NodeJS.ProcessEnv): Promise<void> {
+  const marker = env.START_MARKER || START_MARKER;
+  if (existsSync(marker)) {
+    console.log("etcd was let start before; going on");
+    return;
+  }
+  const token = required(env, "START_TOKEN");
+  const port = Number(env.START_PORT || START_GATE_PORT);
+  const started = Date.now();
+  await new Promise<void>((resolve, reject) => {
+    const server = createServer((req, res) => {
+      const json = (status: number, body: object, then?: () => void) => {
+        res.writeHead(status, { "content-type": "application/json", connection: "close" });
+        res.end(JSON.stringify(body), then);
+      };
+      if (req.url !== START_GATE_PATH) return json(404, { error: "not found" });
+      if (req.method !== "POST") return json(200, { waiting: true });
+      if (req.headers[START_GATE_TOKEN_HEADER] !== token) return json(403, { error: "wrong restore token" });
+      // Written (and on disk) before the answer: the operator counts an answered gate as open.
+      const fd = openSync(marker, "w");
+      try {
+        fsyncSync(fd);
+      } finally {
+        closeSync(fd);
+      }
+      json(200, { starting: true }, () => {
+        server.close();
+        server.closeAllConnections();
+        resolve();
+      });
+    });
+    server.once("error", reject);
+    // Said once listening: whoever reads this (a test, a person) can open the gate from then on.
+    server.listen(port, () =>
+      console.log("restored data dir in place; waiting for the old members to be gone before etcd starts"),
+    );
+  });
+  console.log(`let start by the operator after ${((Date.now() - started) / 1000).toFixed(1)} s`);
+}
+
 async function main(argv: string[]): Promise<void> {
   const command = argv[0];
   if (command === "fetch") return fetchBackup(process.env);
   if (command === "install") return installDataDir(process.env);
-  throw new Error(`usage: restore-init.ts fetch|install (got "${command ?? ""}")`);
+  if (command === "await-start") return awaitStart(process.env);
+  throw new Error(`usage: restore-init.ts fetch|install|await-start (got "${command ?? ""}")`);
 }
 
 if (import.meta.main) {
@@ -143,7 +226,7 @@ if (import.meta.main) {
       } catch {
         // Not in a pod (a manual run): stderr has it.
       }
-      process.exit(1);
+      process.exit(error instanceof BadBackupError ? BAD_BACKUP_EXIT_CODE : 1);
     },
   );
 }

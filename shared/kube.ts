@@ -28,6 +28,9 @@ import { type EtcdRestore, type EtcdRestoreStatus, RESTORE_PLURAL } from "./api/
 import { httpStatusOf, ignoreConflict, ignoreGoneOrConflict, orUndefinedOn404 } from "./kube-errors.ts";
 import { KubeJsonReader } from "./kube-json.ts";
 
+/** A JSON merge patch of a status object: fields given are set, fields given as null removed. */
+export type StatusPatch<T> = { [K in keyof T]?: T[K] | null };
+
 export const MERGE_PATCH = setHeaderOptions("Content-Type", PatchStrategy.MergePatch);
 export const JSON_PATCH = setHeaderOptions("Content-Type", PatchStrategy.JsonPatch);
 export const COMPONENT = "etcd-operator";
@@ -336,7 +339,8 @@ export class Kube {
     }
   }
 
-  async patchRestoreStatus(restore: EtcdRestore, status: EtcdRestoreStatus): Promise<void> {
+  /** A JSON merge patch of the status: a field set to null is removed. */
+  async patchRestoreStatus(restore: EtcdRestore, status: StatusPatch<EtcdRestoreStatus>): Promise<void> {
     await this.patchCustomStatus(RESTORE_PLURAL, restore, status);
   }
 

@@ -183,6 +183,15 @@ function memberAffinity(policy: PodPolicy, clusterName: string): V1Affinity {
   };
 }
 
+/**
+ * Whether members must be on different nodes (a required pod anti-affinity, coreos's `antiAffinity`
+ * or the user's own): a restore then cannot start its seeds beside the old members.
+ */
+export function membersMustStayApart(policy: PodPolicy): boolean {
+  const required = memberAffinity(policy, "").podAntiAffinity?.requiredDuringSchedulingIgnoredDuringExecution;
+  return (required?.length ?? 0) > 0;
+}
+
 /** The member's data volume: its own claim when the spec asks for persistent storage, else an emptyDir. */
 function dataVolume(input: MemberPodInput): V1Volume {
   return input.spec.pod.persistentVolumeClaimSpec

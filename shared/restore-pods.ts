@@ -1,18 +1,24 @@
-// The seed member of a restore: an ordinary member pod with three init containers in front of
-// etcd, which turn a backup object into its data dir before etcd starts:
-//   1. fetch-backup (operator image): download the object and, when the operator passes the
-//      SHA-256 it verified, compare it;
+// The seed member of a restore: an ordinary member pod with init containers in front of etcd,
+// which turn a backup object into its data dir before etcd starts:
+//   1. fetch-backup (operator image): download the object and prove its bytes: the SHA-256 the
+//      backup recorded when the operator passes it, else etcd's trailer (a bad backup exits 3);
 //   2. restore-snapshot (the cluster's etcd image): `etcdutl snapshot restore` into a staging dir,
-//      with the new member's name, peer URL and a cluster token of its own. It checks etcd's
-//      trailer unless step 1 already proved the bytes (each check is a pass over GiBs);
+//      with the new member's name, peer URL and a cluster token of its own. It skips its own hash
+//      pass: step 1 proved the bytes (each check is a pass over GiBs);
 //   3. install-data-dir (operator image): move the staging dir into place unless a data dir is
-//      there already (a re-run after the member took writes must not roll them back).
+//      there already (a re-run after the member took writes must not roll them back);
+//   4. await-start (operator image), when the seeds are prepared while the old members still
+//      serve: etcd starts only once the operator, having seen the old members gone, says so.
 // The credentials reach the pod as a Secret volume, never as plain env values.
 import type { V1Container, V1EnvVar, V1Pod } from "@kubernetes/client-node";
 import { DATA_DIR } from "./member-pods.ts";
 import { SECRET_DIR, SNAPSHOT_FILE, STAGING_DATA_DIR } from "./restore-paths.ts";
 
 const SECRET_VOLUME = "backup-secret";
+/** The init container that holds etcd back until the operator opens the gate. */
+export const START_GATE_CONTAINER = "await-start";
+/** The init container that fetches the backup: once it succeeded, the bytes are proven. */
+export const FETCH_CONTAINER = "fetch-backup";
 /** Where the operator image (Dockerfile, distroless Node) has node; it is not on PATH there. */
 export const OPERATOR_IMAGE_NODE = "/nodejs/bin/node";
 
@@ -37,8 +43,10 @@ export interface RestoreSource {
   s3Endpoint?: string;
   s3ForcePathStyle?: boolean;
   ossEndpoint?: string;
-  /** Checked by the fetch container when the backup's metadata recorded it. */
+  /** Checked by the fetch container when the backup's metadata recorded it (else etcd's trailer). */
   sha256?: string;
+  /** The size the backup's metadata recorded, checked by the fetch container too. */
+  size?: number;
 }
 
 export interface RestoreSeedInput {
@@ -56,6 +64,11 @@ export interface RestoreSeedInput {
   initialCluster?: { name: string; peerURL: string }[];
   /** A token no old member shares, so none of them can talk to the restored cluster. */
   clusterToken: string;
+  /**
+   * Hold etcd back until the operator opens the gate with this token (seeds prepared while the
+   * old members still serve); without it etcd starts as soon as its data dir is in place.
+   */
+  startToken?: string;
 }
 
 function env(values: Record<string, string | undefined>): V1EnvVar[] {
@@ -84,7 +97,7 @@ function fetchContainer(source: RestoreSource | MemberSource, operatorImage: str
     };
   }
   return {
-    name: "fetch-backup",
+    name: FETCH_CONTAINER,
     image: operatorImage,
     command,
     env: env({
@@ -97,18 +110,10 @@ function fetchContainer(source: RestoreSource | MemberSource, operatorImage: str
         source.s3ForcePathStyle === undefined ? undefined : String(source.s3ForcePathStyle),
       OSS_ENDPOINT: source.ossEndpoint,
       EXPECT_SHA256: source.sha256,
+      EXPECT_SIZE: source.size === undefined ? undefined : String(source.size),
     }),
     volumeMounts: [dataMount, { name: SECRET_VOLUME, mountPath: SECRET_DIR, readOnly: true }],
   };
-}
-
-/**
- * Whether the fetch container proves the bytes itself: the SHA-256 the operator verified (equal
- * bytes carry the trailer that was checked when the backup was taken), or a member's snapshot,
- * whose trailer the fetch checks as it streams. Then `etcdutl` need not hash them again.
- */
-export function fetchProvesBytes(source: RestoreSource | MemberSource): boolean {
-  return source.storageType === "Member" || Boolean(source.sha256);
 }
 
 export function restoreSeedPod(input: RestoreSeedInput): V1Pod {
@@ -129,8 +134,9 @@ export function restoreSeedPod(input: RestoreSeedInput): V1Pod {
       `--initial-advertise-peer-urls=${input.peerURL}`,
       `--initial-cluster-token=${input.clusterToken}`,
       `--data-dir=${STAGING_DATA_DIR}`,
-      // Still strips the trailer; it only skips the second SHA-256 pass.
-      ...(fetchProvesBytes(source) ? ["--skip-hash-check"] : []),
+      // The fetch proved the bytes (a member's snapshot by its trailer, a backup by its recorded
+      // SHA-256 or its trailer). Still strips the trailer; it only skips a second SHA-256 pass.
+      "--skip-hash-check",
     ],
     volumeMounts: [dataMount],
   };
@@ -141,6 +147,17 @@ export function restoreSeedPod(input: RestoreSeedInput): V1Pod {
     env: env({ DATA_DIR }),
     volumeMounts: [dataMount],
   };
+  const gate: V1Container[] = input.startToken
+    ? [
+        {
+          name: START_GATE_CONTAINER,
+          image: input.operatorImage,
+          command: [OPERATOR_IMAGE_NODE, "/app/infra/restore-init.ts", "await-start"],
+          env: env({ START_TOKEN: input.startToken }),
+          volumeMounts: [dataMount],
+        },
+      ]
+    : [];
   const spec = input.pod.spec ?? { containers: [] };
   const secretVolumes =
     source.storageType !== "Member"
@@ -164,7 +181,7 @@ export function restoreSeedPod(input: RestoreSeedInput): V1Pod {
     ...input.pod,
     spec: {
       ...spec,
-      initContainers: [fetchContainer(source, input.operatorImage), restore, install],
+      initContainers: [fetchContainer(source, input.operatorImage), restore, install, ...gate],
       volumes: [...(spec.volumes ?? []), ...secretVolumes],
     },
   };

@@ -20,6 +20,7 @@ import {
   createRestore,
   createSecret,
   deleteCustom,
+  eventSeen,
   eventsOf,
   startClusterWithStore,
   waitBackupOutcome,
@@ -141,13 +142,65 @@ async function listKeys(prefix: string): Promise<string[]> {
   return (answer.Contents ?? []).map((o) => o.Key ?? "").sort();
 }
 
+/**
+ * Until the restore leaves Staging: how many reads the old members answered (with the value they
+ * hold) at a moment when every seed had downloaded and checked the backup already.
+ */
+async function oldMembersServingWhileStaging(
+  name: string,
+  size: number,
+  key: string,
+  value: string,
+): Promise<number> {
+  const oldPods = (await core.listNamespacedPod({ namespace: NS, labelSelector: `etcd_cluster=${name}` }))
+    .items;
+  const client = await etcdClient(c, NS, name);
+  let served = 0;
+  try {
+    const deadline = Date.now() + 120_000;
+    while (Date.now() < deadline) {
+      const status = (await kube.getRestore(NS, name))?.status;
+      if (status?.phase && !["Verifying", "Staging"].includes(status.phase)) break;
+      const seeds = status?.seedMembers ?? [];
+      const pods = (await core.listNamespacedPod({ namespace: NS, labelSelector: `etcd_cluster=${name}` }))
+        .items;
+      const fetched = pods.filter(
+        (p) =>
+          seeds.includes(p.metadata?.name ?? "") &&
+          p.status?.initContainerStatuses?.some(
+            (s) => s.name === "fetch-backup" && s.state?.terminated?.exitCode === 0,
+          ),
+      );
+      if (
+        seeds.length === size &&
+        fetched.length === size &&
+        oldPods.every((p) => !p.metadata?.deletionTimestamp)
+      ) {
+        const read = await client
+          .get(key)
+          .string()
+          .catch(() => undefined);
+        if (read === value) served++;
+      }
+      await new Promise((resolve) => setTimeout(resolve, 200));
+    }
+  } finally {
+    client.close();
+  }
+  return served;
+}
+
 async function roundTrip(
   t: Test,
   name: string,
   size: number,
   storage: { storageType: "S3"; s3: object } | { storageType: "OSS"; oss: object },
+  pod?: object,
 ): Promise<{ backupRevision: number }> {
-  const spec = { size, version: V36 };
+  const spec = { size, version: V36, ...(pod ? { pod } : {}) };
+  // Members that must stay on different nodes are restored in place (the local kubelet places
+  // every pod on its one node, so both routes run here).
+  const route = pod && "antiAffinity" in pod ? "InPlace" : "Staged";
   await createCluster(c, NS, name, spec);
   await waitReady(c, NS, name, size);
   const written = await writeKeys(name);
@@ -164,7 +217,7 @@ async function roundTrip(
   t.ok((status.backupSize ?? 0) > 0, `backup size ${status.backupSize}`);
   t.match(status.sha256, /^[0-9a-f]{64}$/);
   t.ok(
-    (await eventsOf(c, NS, "EtcdBackup", `${name}-backup`)).some((e) => e.reason === "BackupSucceeded"),
+    await eventSeen(c, NS, "EtcdBackup", `${name}-backup`, (e) => e.reason === "BackupSucceeded"),
     "a BackupSucceeded event",
   );
 
@@ -179,8 +232,30 @@ async function roundTrip(
     backupStorageType: storage.storageType,
     ...(storage.storageType === "S3" ? { s3: storage.s3 } : { oss: storage.oss }),
   });
+  const served = await oldMembersServingWhileStaging(
+    name,
+    size,
+    "after-wipe",
+    "must not survive the restore",
+  );
   const restore = await waitRestore(c, NS, name, "Completed");
   t.equal(restore.status?.succeeded, true);
+  t.equal(restore.status?.route, route, `restored by the ${route} route`);
+  const restoreEvents = await eventsOf(c, NS, "EtcdRestore", name);
+  if (route === "Staged") {
+    t.ok(served > 0, `the old members served (${served} reads) after every seed had fetched the backup`);
+    t.ok(
+      restoreEvents.some((e) => e.reason === "BackupFound") &&
+        restoreEvents.some((e) => e.reason === "SeedsReady"),
+      "Events say the backup was found and the seeds were ready before the old members stopped",
+    );
+  } else {
+    t.equal(served, 0, "in place, the old members stopped before the seeds fetched anything");
+    t.ok(
+      restoreEvents.some((e) => e.reason === "BackupVerified"),
+      "an Event says the operator verified the backup before the old members stopped",
+    );
+  }
   t.equal(restore.status?.sha256, status.sha256, "the restore checked the backup's checksum");
   t.ok((restore.status?.restoredRevision ?? 0) >= (status.etcdRevision ?? 0), "restored revision ≥ backup's");
   await waitReady(c, NS, name, size, 120_000);
@@ -203,22 +278,34 @@ async function roundTrip(
   return { backupRevision: status.etcdRevision ?? 0 };
 }
 
-t.test("10,000 keys through S3: backup, cluster deleted, restore", async (t) => {
-  await roundTrip(t, "alpha", 3, { storageType: "S3", s3: s3Section("alpha/etcd.backup") });
-  const stored = await listKeys("alpha/");
-  t.same(stored, ["alpha/etcd.backup", "alpha/etcd.backup.meta.json"], "the backup and its metadata file");
-  const meta = JSON.parse((await objectBytes("alpha/etcd.backup.meta.json")).toString()) as {
-    sha256: string;
-  };
-  const digest = createHash("sha256")
-    .update(await objectBytes("alpha/etcd.backup"))
-    .digest("hex");
-  t.equal(meta.sha256, digest, "the stored checksum matches the object");
-});
+t.test(
+  "10,000 keys through S3: backup, cluster deleted, restore staged beside the serving members",
+  async (t) => {
+    await roundTrip(t, "alpha", 3, { storageType: "S3", s3: s3Section("alpha/etcd.backup") });
+    const stored = await listKeys("alpha/");
+    t.same(stored, ["alpha/etcd.backup", "alpha/etcd.backup.meta.json"], "the backup and its metadata file");
+    const meta = JSON.parse((await objectBytes("alpha/etcd.backup.meta.json")).toString()) as {
+      sha256: string;
+    };
+    const digest = createHash("sha256")
+      .update(await objectBytes("alpha/etcd.backup"))
+      .digest("hex");
+    t.equal(meta.sha256, digest, "the stored checksum matches the object");
+  },
+);
 
-t.test("10,000 keys through OSS: backup, cluster deleted, restore", async (t) => {
-  await roundTrip(t, "beta", 1, { storageType: "OSS", oss: ossSection("beta/etcd.backup") });
-});
+t.test(
+  "10,000 keys through OSS: backup, cluster deleted, restore in place (members kept apart)",
+  async (t) => {
+    await roundTrip(
+      t,
+      "beta",
+      1,
+      { storageType: "OSS", oss: ossSection("beta/etcd.backup") },
+      { antiAffinity: true },
+    );
+  },
+);
 
 t.test("a periodic backup with maxBackups 3 keeps exactly the 3 newest", async (t) => {
   await createCluster(c, NS, "gamma", { size: 1, version: V36 });
@@ -307,9 +394,12 @@ t.test("bad input gives a clear status and Event and touches nothing", async (t)
     const condition = status.conditions?.find((x) => x.type === "Succeeded");
     t.equal(condition?.reason, bad.reason, `${bad.name}: reason ${bad.reason}`);
     t.match(status.reason, bad.message, `${bad.name}: ${status.reason}`);
-    const events = await eventsOf(c, NS, "EtcdBackup", bad.name);
     t.ok(
-      events.some(
+      await eventSeen(
+        c,
+        NS,
+        "EtcdBackup",
+        bad.name,
         (e) => e.type === "Warning" && e.reason === "BackupFailed" && bad.message.test(e.message ?? ""),
       ),
       `${bad.name}: a BackupFailed event`,
@@ -343,7 +433,11 @@ t.test("bad input gives a clear status and Event and touches nothing", async (t)
     const restore = await waitRestore(c, NS, "alpha", "Failed");
     t.match(restore.status?.reason, message, `${object}: ${restore.status?.reason}`);
     t.ok(
-      (await eventsOf(c, NS, "EtcdRestore", "alpha")).some(
+      await eventSeen(
+        c,
+        NS,
+        "EtcdRestore",
+        "alpha",
         (e) => e.reason === "RestoreFailed" && message.test(e.message ?? ""),
       ),
       `${object}: a RestoreFailed event`,
@@ -353,11 +447,20 @@ t.test("bad input gives a clear status and Event and touches nothing", async (t)
       (await kube.getRestore(NS, "alpha")) ? undefined : true,
     );
   }
-  const podsAfter = (
-    await core.listNamespacedPod({ namespace: NS, labelSelector: "etcd_cluster=alpha" })
-  ).items
-    .map((p) => p.metadata?.uid)
-    .sort();
+  // The seeds of the failed restores are deleted as they fail (a second's grace): looked at until
+  // they are gone. Replaced members would never match.
+  const memberUids = async () =>
+    (await core.listNamespacedPod({ namespace: NS, labelSelector: "etcd_cluster=alpha" })).items
+      .map((p) => p.metadata?.uid)
+      .sort();
+  const podsAfter = await waitFor(
+    "only alpha's own members to be left",
+    async () => {
+      const uids = await memberUids();
+      return JSON.stringify(uids) === JSON.stringify(podsBefore) ? uids : undefined;
+    },
+    { timeoutMs: 30_000, intervalMs: 300, describe: async () => JSON.stringify(await memberUids()) },
+  ).catch(() => memberUids());
   t.same(podsAfter, podsBefore, "the cluster's member pods are the same pods");
   const keysAfter = await readKeys("alpha");
   t.same(keysAfter.keys, keysBefore.keys, "and its data is unchanged");

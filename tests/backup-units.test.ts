@@ -292,6 +292,50 @@ t.test("the restore seed pod restores before etcd starts, with credentials as a 
   t.equal(pod.spec?.containers[0]?.name, "etcd", "the member container is unchanged");
 });
 
+t.test(
+  "a seed prepared beside the old members waits at a start gate that wants the restore's token",
+  async (t) => {
+    const input = {
+      pod: { metadata: { name: "c-abc" }, spec: { containers: [{ name: "etcd", image: "etcd:v3.6.16" }] } },
+      source: {
+        storageType: "S3" as const,
+        path: "bucket/key",
+        secretName: "aws",
+        sha256: "ab",
+        size: 4096,
+      },
+      operatorImage: "example/etcd-operator:v1",
+      etcdImage: "quay.io/coreos/etcd:v3.6.16",
+      memberName: "c-abc",
+      peerURL: "http://c-abc.c.default.svc:2380",
+      clusterToken: "c-restore-uid",
+    };
+    const gated = restoreSeedPod({ ...input, startToken: "restore-uid" });
+    t.same(
+      gated.spec?.initContainers?.map((c) => c.name),
+      ["fetch-backup", "restore-snapshot", "install-data-dir", "await-start"],
+      "the gate comes last: etcd is held back only once its data dir is in place",
+    );
+    const gate = gated.spec?.initContainers?.[3];
+    t.same(gate?.command?.slice(-1), ["await-start"]);
+    t.same(gate?.env, [{ name: "START_TOKEN", value: "restore-uid" }]);
+    t.ok(
+      gate?.volumeMounts?.some((m) => m.mountPath === "/var/etcd"),
+      "its marker lives on the data volume",
+    );
+    const fetchEnv = gated.spec?.initContainers?.[0]?.env ?? [];
+    t.ok(
+      fetchEnv.some((e) => e.name === "EXPECT_SIZE" && e.value === "4096"),
+      "the fetch checks the size too",
+    );
+    t.same(
+      restoreSeedPod(input).spec?.initContainers?.map((c) => c.name),
+      ["fetch-backup", "restore-snapshot", "install-data-dir"],
+      "without a token etcd starts once its data dir is in place",
+    );
+  },
+);
+
 t.test("seed members restored at once share the new cluster's whole membership", async (t) => {
   const initialCluster = ["c-a", "c-b", "c-c"].map((name) => ({
     name,
@@ -314,7 +358,14 @@ t.test("seed members restored at once share the new cluster's whole membership",
     ),
   );
   t.ok(restore.includes("--name=c-b"));
-  t.notOk(restore.includes("--skip-hash-check"), "no SHA-256 to compare: etcdutl checks the trailer");
+  t.ok(
+    restore.includes("--skip-hash-check"),
+    "no SHA-256 to compare: the fetch checks etcd's trailer itself",
+  );
+  t.notOk(
+    pod.spec?.initContainers?.[0]?.env?.some((e) => e.name === "EXPECT_SHA256"),
+    "nor does the fetch compare one",
+  );
   t.ok(restore.includes("--initial-advertise-peer-urls=http://c-b.c.default.svc:2380"));
 });
 

@@ -2,7 +2,7 @@
 // etcd, and the process kubelet running pods as real processes in their own network namespaces.
 import { execFileSync } from "node:child_process";
 import { existsSync, readFileSync } from "node:fs";
-import type { V1Pod, V1Service } from "@kubernetes/client-node";
+import type { V1Container, V1Pod, V1Service } from "@kubernetes/client-node";
 import { Etcd3 } from "etcd3";
 import t from "tap";
 import { ensureAssets } from "../infra/local/assets.ts";
@@ -437,6 +437,50 @@ t.test("bad input shows the status a real kubelet shows and disturbs nothing els
     "other pods kept running",
   );
   t.ok(etcdAfter && isReady(etcdAfter), "and stay Ready");
+});
+
+t.test("a container's termination message reaches its status as a real kubelet reports it", async (t) => {
+  const container = (name: string, script: string, extra: Partial<V1Container> = {}): V1Container => ({
+    name,
+    image: "busybox",
+    command: ["/bin/sh", "-c", script],
+    ...extra,
+  });
+  await core.createNamespacedPod({
+    namespace: NS,
+    body: {
+      metadata: { name: "says-why", namespace: NS },
+      spec: {
+        restartPolicy: "Never",
+        containers: [
+          container("file", "printf 'backup is corrupt' > /dev/termination-log; exit 3"),
+          container("custom-path", "printf 'done' > /tmp/why; exit 0", {
+            terminationMessagePath: "/tmp/why",
+          }),
+          container("logs", "echo first; echo 'last words'; exit 1", {
+            terminationMessagePolicy: "FallbackToLogsOnError",
+          }),
+          container("silent", "echo not a message; exit 1"),
+        ],
+      },
+    },
+  });
+  const done = await waitForPod(
+    core,
+    NS,
+    "says-why",
+    "to finish",
+    (p) => p.status?.phase === "Failed",
+    60_000,
+  );
+  const terminated = (name: string) =>
+    done.status?.containerStatuses?.find((s) => s.name === name)?.state?.terminated;
+  t.equal(terminated("file")?.message, "backup is corrupt", "written to /dev/termination-log");
+  t.equal(terminated("file")?.exitCode, 3);
+  t.equal(terminated("custom-path")?.message, "done", "at the container's terminationMessagePath");
+  t.equal(terminated("logs")?.message, "first\nlast words", "FallbackToLogsOnError: the log's tail");
+  t.equal(terminated("silent")?.message, undefined, "the default policy never reads the log");
+  await core.deleteNamespacedPod({ namespace: NS, name: "says-why" });
 });
 
 t.test("volumes, env and init containers work as on a real node", async (t) => {

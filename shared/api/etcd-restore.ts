@@ -70,6 +70,7 @@ export const EtcdRestoreStatusSchema = Type.Object(
       Type.Union(
         [
           Type.Literal("Verifying"),
+          Type.Literal("Staging"),
           Type.Literal("Replacing"),
           Type.Literal("Seeding"),
           Type.Literal("Completed"),
@@ -77,17 +78,30 @@ export const EtcdRestoreStatusSchema = Type.Object(
         ],
         {
           description:
-            "Verifying: the backup is read and checked (nothing touched yet); Replacing: old members are deleted; " +
-            "Seeding: the first member starts from the backup; Completed; Failed.",
+            "Verifying: the backup is found (and, restoring in place, read and checked); nothing touched yet. " +
+            "Staging: the new members download, check and restore the backup while the old members serve. " +
+            "Replacing: the old members are deleted. Seeding: the new members start from the backup. Completed; Failed.",
         },
       ),
+    ),
+    route: Type.Optional(
+      Type.Union([Type.Literal("Staged"), Type.Literal("InPlace")], {
+        description:
+          "Staged: the new members were prepared beside the old ones, which served until every new member had " +
+          "its restored data in place. InPlace: the old members stopped first (the members must stay on " +
+          "different nodes, or the new ones could not be placed beside them); the operator read and checked " +
+          "the backup before that.",
+      }),
     ),
     backupPath: Type.Optional(
       Type.String({ description: 'The backup object restored, e.g. "s3://bucket/key".' }),
     ),
     backupSize: Type.Optional(Type.Integer({ minimum: 0, description: "Size of the backup in bytes." })),
     sha256: Type.Optional(
-      Type.String({ description: "SHA-256 of the backup object, checked before anything was deleted." }),
+      Type.String({
+        description:
+          "SHA-256 of the backup object (as its backup recorded it), checked before anything was deleted.",
+      }),
     ),
     backupRevision: Type.Optional(
       Type.Integer({

@@ -147,12 +147,34 @@ export async function eventsOf(
   namespace: string,
   kind: string,
   name: string,
-): Promise<{ type?: string; reason?: string; message?: string }[]> {
+): Promise<EventSummary[]> {
   const list = await c.core.listNamespacedEvent({
     namespace,
     fieldSelector: `involvedObject.kind=${kind},involvedObject.name=${name}`,
   });
   return list.items.map((e) => ({ type: e.type, reason: e.reason, message: e.message }));
+}
+
+type EventSummary = { type?: string; reason?: string; message?: string };
+
+/**
+ * Whether an Event of the object matching `matches` shows up within `timeoutMs`. The operator
+ * writes a status before the Event that goes with it: a test that read the Events at once, on
+ * seeing the status, could miss one.
+ */
+export async function eventSeen(
+  c: ClusterClients,
+  namespace: string,
+  kind: string,
+  name: string,
+  matches: (event: EventSummary) => boolean,
+  timeoutMs = 15_000,
+): Promise<boolean> {
+  return waitFor(
+    `a matching ${kind} ${name} Event`,
+    async () => ((await eventsOf(c, namespace, kind, name)).some(matches) ? true : undefined),
+    { timeoutMs, intervalMs: 200 },
+  ).catch(() => false);
 }
 
 /**

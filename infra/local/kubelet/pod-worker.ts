@@ -31,6 +31,7 @@ import {
   signalContainer,
   spawnContainer,
 } from "./sandbox.ts";
+import { terminationMessage, terminationMessageMount } from "./termination-message.ts";
 import {
   containerMounts,
   type PreparedVolume,
@@ -353,6 +354,7 @@ export class PodWorker {
     let env: Record<string, string>;
     let argv: string[];
     let mounts: { source: string; target: string; readOnly: boolean }[];
+    let messageMount: { source: string; target: string; readOnly: boolean };
     try {
       const skipped: string[] = [];
       env = await containerEnv(
@@ -375,8 +377,10 @@ export class PodWorker {
         );
       }
       argv = containerArgv(spec, image, env);
+      messageMount = terminationMessageMount(this.dir, spec, state.restartCount);
       mounts = [
         ...image.mounts,
+        messageMount,
         ...containerMounts(spec.volumeMounts, volumes),
         { source: join(this.dir, "etc-hosts"), target: "/etc/hosts", readOnly: false },
         { source: join(this.dir, "resolv.conf"), target: "/etc/resolv.conf", readOnly: true },
@@ -405,6 +409,7 @@ export class PodWorker {
     const logDir = join(this.dir, "logs", spec.name);
     mkdirSync(logDir, { recursive: true });
     const containerId = `local://${randomBytes(16).toString("hex")}`;
+    const logFile = join(logDir, `${state.restartCount}.log`);
     // Awaits above may have let a stop or a deletion in: never start a process after that.
     if (this.stopped || this.terminating || this.pod.metadata?.deletionTimestamp) return;
     let child: ChildProcess;
@@ -416,7 +421,7 @@ export class PodWorker {
         workingDir: spec.workingDir,
         env,
         command: argv,
-        logFile: join(logDir, `${state.restartCount}.log`),
+        logFile,
       });
     } catch (error) {
       // The sandbox refuses what it cannot pass through safely (e.g. env names that are not identifiers).
@@ -461,6 +466,7 @@ export class PodWorker {
         exitCode,
         signal: signal ? signalNumber(signal) : undefined,
         reason: exitReason(exitCode),
+        message: terminationMessage(spec, messageMount.source, logFile, exitCode),
         startedAt,
         finishedAt,
         containerId,
