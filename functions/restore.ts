@@ -376,6 +376,18 @@ export async function restoreStep(restore: EtcdRestore, deps: RestoreDeps): Prom
       const located = await locateBackup(restore, deps, route === "InPlace");
       const check = located.sha256 ? `sha256 ${located.sha256.slice(0, 12)}…` : "etcd's snapshot hash";
       const size = located.backupSize === undefined ? "" : `${located.backupSize} bytes, `;
+      // The backup's Event on the restore, and the start of the restore on the cluster.
+      const announce = async (reason: string, message: string): Promise<RestoreResult> => {
+        log.info({ backup: located.backupPath }, message);
+        await deps.kube.event(restore, "Normal", reason, message);
+        await deps.kube.event(
+          cluster,
+          "Normal",
+          "RestoreStarted",
+          `restore ${restore.metadata?.name}: ${message}`,
+        );
+        return { done: false, requeueAfterMs: 0 };
+      };
       if (route === "Staged") {
         const seedMembers = Array.from({ length: spec.size }, () => newMemberName(clusterName));
         await deps.kube.patchRestoreStatus(restore, {
@@ -385,28 +397,16 @@ export async function restoreStep(restore: EtcdRestore, deps: RestoreDeps): Prom
           seedMembers,
           reason: "",
         });
-        const message = `backup ${located.backupPath} found (${size}checked by each new member: ${check}); the members of ${clusterName} serve until the new ones are ready`;
-        log.info({ backup: located.backupPath }, message);
-        await deps.kube.event(restore, "Normal", "BackupFound", message);
-        await deps.kube.event(
-          cluster,
-          "Normal",
-          "RestoreStarted",
-          `restore ${restore.metadata?.name}: ${message}`,
+        return announce(
+          "BackupFound",
+          `backup ${located.backupPath} found (${size}checked by each new member: ${check}); the members of ${clusterName} serve until the new ones are ready`,
         );
-        return { done: false, requeueAfterMs: 0 };
       }
       await deps.kube.patchRestoreStatus(restore, { ...located, phase: "Replacing", reason: "" });
-      const message = `backup ${located.backupPath} verified (${size}${check}); replacing the members of ${clusterName} (they must stay on different nodes: they stop first)`;
-      log.info({ backup: located.backupPath }, message);
-      await deps.kube.event(restore, "Normal", "BackupVerified", message);
-      await deps.kube.event(
-        cluster,
-        "Normal",
-        "RestoreStarted",
-        `restore ${restore.metadata?.name}: ${message}`,
+      return announce(
+        "BackupVerified",
+        `backup ${located.backupPath} verified (${size}${check}); replacing the members of ${clusterName} (they must stay on different nodes: they stop first)`,
       );
-      return { done: false, requeueAfterMs: 0 };
     } catch (error) {
       if (error instanceof RestoreFailed || error instanceof ObjectStoreError) return fail(error.message);
       throw error;

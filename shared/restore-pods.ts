@@ -22,6 +22,11 @@ export const FETCH_CONTAINER = "fetch-backup";
 /** Where the operator image (Dockerfile, distroless Node) has node; it is not on PATH there. */
 export const OPERATOR_IMAGE_NODE = "/nodejs/bin/node";
 
+/** The command of an init container that runs one step of infra/restore-init.ts from the operator image. */
+function initCommand(step: "fetch" | "install" | "await-start"): string[] {
+  return [OPERATOR_IMAGE_NODE, "/app/infra/restore-init.ts", step];
+}
+
 /** A snapshot streamed from a surviving member (quorum-loss recovery), no object store involved. */
 export interface MemberSource {
   storageType: "Member";
@@ -79,7 +84,7 @@ function env(values: Record<string, string | undefined>): V1EnvVar[] {
 
 function fetchContainer(source: RestoreSource | MemberSource, operatorImage: string): V1Container {
   const dataMount = { name: "etcd-data", mountPath: "/var/etcd" };
-  const command = [OPERATOR_IMAGE_NODE, "/app/infra/restore-init.ts", "fetch"];
+  const command = initCommand("fetch");
   if (source.storageType === "Member") {
     return {
       name: "fetch-snapshot",
@@ -143,7 +148,7 @@ export function restoreSeedPod(input: RestoreSeedInput): V1Pod {
   const install: V1Container = {
     name: "install-data-dir",
     image: input.operatorImage,
-    command: [OPERATOR_IMAGE_NODE, "/app/infra/restore-init.ts", "install"],
+    command: initCommand("install"),
     env: env({ DATA_DIR }),
     volumeMounts: [dataMount],
   };
@@ -152,7 +157,7 @@ export function restoreSeedPod(input: RestoreSeedInput): V1Pod {
         {
           name: START_GATE_CONTAINER,
           image: input.operatorImage,
-          command: [OPERATOR_IMAGE_NODE, "/app/infra/restore-init.ts", "await-start"],
+          command: initCommand("await-start"),
           env: env({ START_TOKEN: input.startToken }),
           volumeMounts: [dataMount],
         },

@@ -25,7 +25,8 @@ export function terminationMessageMount(
   return { source, target: spec.terminationMessagePath || DEFAULT_TERMINATION_MESSAGE_PATH, readOnly: false };
 }
 
-function readTail(file: string, maxBytes: number): string {
+/** At most `maxBytes` of the file, from its start or its end; "" when it is missing. */
+function readBounded(file: string, maxBytes: number, from: "start" | "end"): string {
   let fd: number;
   try {
     fd = openSync(file, "r");
@@ -36,23 +37,7 @@ function readTail(file: string, maxBytes: number): string {
     const size = statSync(file).size;
     const length = Math.min(size, maxBytes);
     const buffer = Buffer.alloc(length);
-    readSync(fd, buffer, 0, length, size - length);
-    return buffer.toString("utf8");
-  } finally {
-    closeSync(fd);
-  }
-}
-
-function readHead(file: string, maxBytes: number): string {
-  let fd: number;
-  try {
-    fd = openSync(file, "r");
-  } catch {
-    return "";
-  }
-  try {
-    const buffer = Buffer.alloc(maxBytes);
-    const read = readSync(fd, buffer, 0, maxBytes, 0);
+    const read = readSync(fd, buffer, 0, length, from === "end" ? size - length : 0);
     return buffer.subarray(0, read).toString("utf8");
   } finally {
     closeSync(fd);
@@ -66,10 +51,10 @@ export function terminationMessage(
   logFile: string,
   exitCode: number,
 ): string | undefined {
-  const written = readHead(messageFile, MESSAGE_MAX_BYTES);
+  const written = readBounded(messageFile, MESSAGE_MAX_BYTES, "start");
   if (written) return written;
   if (spec.terminationMessagePolicy !== "FallbackToLogsOnError" || exitCode === 0) return undefined;
-  const lines = readTail(logFile, LOG_TAIL_MAX_BYTES).split("\n");
+  const lines = readBounded(logFile, LOG_TAIL_MAX_BYTES, "end").split("\n");
   if (lines.at(-1) === "") lines.pop();
   const tail = lines.slice(-LOG_TAIL_MAX_LINES).join("\n");
   return tail || undefined;
