@@ -11,7 +11,7 @@
 // read files beside their own code at run time (etcd3's .proto files, bull-board's UI, pino's
 // transport workers), which a bundle would break, and none of them is large enough to matter.
 // Tests run the sources; tests/bundle.test.ts runs this bundle end to end.
-import { readFileSync } from "node:fs";
+import { readFileSync, rmSync } from "node:fs";
 import { join, relative } from "node:path";
 import { parseArgs } from "node:util";
 import { build } from "esbuild";
@@ -33,6 +33,9 @@ export async function buildOperatorBundle(outdir = join(ROOT, "dist")): Promise<
     typeof manifest === "object" && manifest !== null && "dependencies" in manifest
       ? Object.keys(manifest.dependencies ?? {})
       : [];
+  // A fresh directory each time: chunk names carry a content hash, and stale chunks from earlier
+  // builds would otherwise pile up beside the new ones (and into an image built from dist/).
+  rmSync(outdir, { recursive: true, force: true });
   const result = await build({
     absWorkingDir: ROOT,
     entryPoints: [join(ROOT, "infra", "operator.ts")],
