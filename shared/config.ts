@@ -32,6 +32,12 @@ export interface OperatorConfig {
    */
   chaosLevel: number;
   chaosIntervalMs: number;
+  /**
+   * The memory keeper (infra/memory-keeper.ts): how often it looks, 0 for never, and how much the
+   * heap and Buffers must have grown since its last major collection for it to start one.
+   */
+  memoryGcIntervalMs: number;
+  memoryGcGrowthMiB: number;
   // --- HTTP server (infra/http): API, admission webhook, health, metrics, dashboard ---
   /** Port of the HTTP server; 0 picks a free one (tests). */
   httpPort: number;
@@ -109,6 +115,8 @@ export function loadConfig(env: Record<string, string | undefined>): OperatorCon
     backupConcurrency: int(env, "BACKUP_CONCURRENCY", 2, 1, 64),
     chaosLevel: int(env, "CHAOS_LEVEL", 0, 0, 10),
     chaosIntervalMs: int(env, "CHAOS_INTERVAL_MS", 30_000, 1_000, 86_400_000),
+    memoryGcIntervalMs: int(env, "MEMORY_GC_INTERVAL_MS", 2_000, 0, 3_600_000),
+    memoryGcGrowthMiB: int(env, "MEMORY_GC_GROWTH_MIB", 8, 1, 65_536),
     ...httpConfig(env),
   };
 }

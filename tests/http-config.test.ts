@@ -48,3 +48,13 @@ t.test("mistakes are refused with the setting's name, never echoing a token", as
   t.throws(() => loadConfig({ HTTP_PORT: "70000" }), /HTTP_PORT must be a whole number from 0 to 65535/);
   t.throws(() => loadConfig({ METRICS_REQUIRE_AUTH: "maybe" }), /METRICS_REQUIRE_AUTH must be true or false/);
 });
+
+t.test("the memory keeper looks every 2 s and collects after 8 MiB of growth; 0 turns it off", async (t) => {
+  const defaults = loadConfig({});
+  t.equal(defaults.memoryGcIntervalMs, 2_000);
+  t.equal(defaults.memoryGcGrowthMiB, 8);
+  const set = loadConfig({ MEMORY_GC_INTERVAL_MS: "0", MEMORY_GC_GROWTH_MIB: "32" });
+  t.equal(set.memoryGcIntervalMs, 0);
+  t.equal(set.memoryGcGrowthMiB, 32);
+  t.throws(() => loadConfig({ MEMORY_GC_GROWTH_MIB: "0" }), ConfigError);
+});

@@ -33,7 +33,7 @@ import { ensureAssets } from "../infra/local/assets.ts";
 import { startLocalCluster } from "../infra/local/control-plane.ts";
 import { ensureHelm } from "../infra/local/helm.ts";
 import { waitFor } from "../infra/local/kube-wait.ts";
-import { OPERATOR_NODE_FLAGS } from "../infra/operator.ts";
+import { OPERATOR_ENV, OPERATOR_NODE_FLAGS } from "../infra/operator.ts";
 import { type EtcdCluster, SCOPE_ANNOTATION, SCOPE_CLUSTERWIDE } from "../shared/api/etcd-cluster.ts";
 import { loadConfig } from "../shared/config.ts";
 import { Kube } from "../shared/kube.ts";
@@ -962,6 +962,9 @@ await t.test(
       "node is the entry point (exec form: signals reach it), where restore init containers find it too",
     );
     t.same(entrypoint.slice(1, -1), [...OPERATOR_NODE_FLAGS], "with the operator's node flags");
+    const envs = last.filter((i) => i.keyword === "ENV").map((i) => i.args.trim());
+    for (const [name, value] of Object.entries(OPERATOR_ENV))
+      t.ok(envs.includes(`${name}=${value}`), `the image sets ${name}=${value} (OPERATOR_ENV)`);
     t.equal(entrypoint.at(-1), "dist/operator.js", "runs the bundle of infra/operator.ts");
     // The bundle: built in a stage of its own by infra/bundle.ts, into dist/, and copied from there.
     const bundleRun = instructions.find(

@@ -5,7 +5,7 @@ import { mkdirSync, openSync } from "node:fs";
 import { join } from "node:path";
 import type { LocalCluster } from "../../infra/local/control-plane.ts";
 
-import { OPERATOR_NODE_FLAGS } from "../../infra/operator.ts";
+import { OPERATOR_ENV, OPERATOR_NODE_FLAGS } from "../../infra/operator.ts";
 
 /** The sources, as tests run them; a bundle's entry (infra/bundle.ts) runs the operator as its image does. */
 export const SOURCE_ENTRY = new URL("../../infra/operator.ts", import.meta.url).pathname;
@@ -19,6 +19,10 @@ export interface OperatorProcess {
 
 let counter = 0;
 
+function passThrough(names: readonly string[]): Record<string, string> {
+  return Object.fromEntries(names.flatMap((name) => (process.env[name] ? [[name, process.env[name]]] : [])));
+}
+
 export function operatorEnv(
   cluster: LocalCluster,
   extra: Record<string, string> = {},
@@ -28,6 +32,7 @@ export function operatorEnv(
     HOME: process.env.HOME ?? "/root",
     KUBECONFIG: cluster.kubeconfigPath,
     REDIS_URL: cluster.redisUrl ?? "",
+    ...OPERATOR_ENV,
     MY_POD_NAMESPACE: "default",
     RECONCILE_INTERVAL_MS: "3000",
     LOG_LEVEL: "debug",
@@ -35,8 +40,8 @@ export function operatorEnv(
     HTTP_PORT: "0",
     // For profiling a run (e.g. OPERATOR_NODE_OPTIONS="--cpu-prof"): node options for the operator only.
     ...(process.env.OPERATOR_NODE_OPTIONS ? { NODE_OPTIONS: process.env.OPERATOR_NODE_OPTIONS } : {}),
-    // glibc's malloc tuning (e.g. MALLOC_ARENA_MAX=2), to try it in a bench.
-    ...(process.env.MALLOC_ARENA_MAX ? { MALLOC_ARENA_MAX: process.env.MALLOC_ARENA_MAX } : {}),
+    // glibc's malloc tuning (e.g. MALLOC_ARENA_MAX=2) and the memory keeper's settings, to try them in a bench.
+    ...passThrough(["MALLOC_ARENA_MAX", "MEMORY_GC_INTERVAL_MS", "MEMORY_GC_GROWTH_MIB"]),
     ...extra,
   };
 }

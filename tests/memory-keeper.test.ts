@@ -1,0 +1,110 @@
+// The memory keeper: when it starts a major collection (only after the heap and Buffers grew by the
+// threshold, never two at once), what it does without --expose-gc, and, in a real node process
+// started with the operator's flags, that it frees dead Buffers V8 would have kept.
+import { execFile } from "node:child_process";
+import { promisify } from "node:util";
+import t from "tap";
+import { type MemoryUse, startMemoryKeeper } from "../infra/memory-keeper.ts";
+import { OPERATOR_NODE_FLAGS } from "../infra/operator.ts";
+
+const MiB = 1024 * 1024;
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+t.test("collects once the heap and Buffers grew by the threshold, and not before", async (t) => {
+  let use: MemoryUse = { heapUsed: 40 * MiB, arrayBuffers: 2 * MiB };
+  const collected: [MemoryUse, MemoryUse][] = [];
+  const keeper = startMemoryKeeper({
+    intervalMs: 10,
+    growthBytes: 8 * MiB,
+    usage: () => use,
+    collect: async () => {
+      use = { heapUsed: 41 * MiB, arrayBuffers: 1 * MiB };
+    },
+    onCollected: (before, after) => collected.push([before, after]),
+  });
+  t.teardown(() => keeper.stop());
+  use = { heapUsed: 45 * MiB, arrayBuffers: 4 * MiB }; // +7 MiB: below the threshold
+  await sleep(60);
+  t.equal(keeper.collections, 0, "7 MiB of growth is not enough");
+  use = { heapUsed: 46 * MiB, arrayBuffers: 5 * MiB }; // +9 MiB
+  await sleep(60);
+  t.equal(keeper.collections, 1, "9 MiB of growth starts one collection");
+  t.same(collected[0]?.[1], { heapUsed: 41 * MiB, arrayBuffers: 1 * MiB }, "told the use after it");
+  // The baseline is now the use after the collection (42 MiB): 49 is +7 again.
+  use = { heapUsed: 45 * MiB, arrayBuffers: 4 * MiB };
+  await sleep(60);
+  t.equal(keeper.collections, 1, "growth is counted from the last collection's result");
+});
+
+t.test("never starts a collection while one is still running", async (t) => {
+  let finish: () => void = () => {};
+  let use: MemoryUse = { heapUsed: 10 * MiB, arrayBuffers: 0 };
+  const keeper = startMemoryKeeper({
+    intervalMs: 5,
+    growthBytes: 1 * MiB,
+    usage: () => use,
+    collect: () =>
+      new Promise<void>((resolve) => {
+        finish = resolve;
+      }),
+  });
+  t.teardown(() => keeper.stop());
+  use = { heapUsed: 50 * MiB, arrayBuffers: 0 };
+  await sleep(60);
+  t.equal(keeper.collections, 1, "one collection over twelve looks while it runs");
+  finish();
+  await sleep(30);
+  t.equal(keeper.collections, 1, "nothing grew since it finished");
+  use = { heapUsed: 52 * MiB, arrayBuffers: 0 };
+  await sleep(30);
+  t.equal(keeper.collections, 2, "growth after it starts the next");
+});
+
+t.test("without a way to collect it says so once and does nothing; interval 0 is off", async (t) => {
+  let told = 0;
+  const off = startMemoryKeeper({ intervalMs: 0, growthBytes: 1, onUnavailable: () => told++ });
+  t.equal(off.collections, 0);
+  t.equal(told, 0, "interval 0 is a choice, not a problem");
+  // This test process runs without --expose-gc.
+  t.equal(globalThis.gc, undefined, "tap runs tests without --expose-gc");
+  const unavailable = startMemoryKeeper({ intervalMs: 5, growthBytes: 1, onUnavailable: () => told++ });
+  await sleep(30);
+  t.equal(told, 1);
+  t.equal(unavailable.collections, 0);
+  unavailable.stop();
+});
+
+t.test("in node with the operator's flags it frees dead Buffers that V8 kept", async (t) => {
+  // Buffers dropped after a while pile up until a major collection; the child reports the memory
+  // behind them after the same churn with the keeper off and with it on.
+  const script = `
+    const { startMemoryKeeper } = await import(${JSON.stringify(new URL("../infra/memory-keeper.ts", import.meta.url).href)});
+    const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+    async function churn() {
+      let held = [];
+      for (let i = 0; i < 400; i++) {
+        held.push(Buffer.alloc(64 * 1024, i));
+        if (held.length > 16) held = [];
+        await sleep(1);
+      }
+      await sleep(200);
+      return process.memoryUsage().arrayBuffers;
+    }
+    const off = await churn();
+    const keeper = startMemoryKeeper({ intervalMs: 20, growthBytes: 4 * 1024 * 1024 });
+    const on = await churn();
+    keeper.stop();
+    console.log(JSON.stringify({ off, on, collections: keeper.collections }));
+  `;
+  const { stdout } = await promisify(execFile)(
+    process.execPath,
+    [...OPERATOR_NODE_FLAGS, "--input-type=module", "-e", script],
+    { timeout: 60_000 },
+  );
+  const result = JSON.parse(stdout) as { off: number; on: number; collections: number };
+  t.comment(
+    `Buffers' memory after 25 MiB of churn: ${(result.off / MiB).toFixed(1)} MiB without the keeper, ${(result.on / MiB).toFixed(1)} MiB with it (${result.collections} collections)`,
+  );
+  t.ok(result.collections > 0, "the keeper collected");
+  t.ok(result.on < result.off / 2, "less than half the Buffers' memory stays with the keeper on");
+});
