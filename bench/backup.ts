@@ -2,7 +2,7 @@
 //   node bench/backup.ts [--gib N] [--runs R] [--size S]
 // One JSON object per scenario on stdout (progress on stderr), each with every run's figures, the
 // median and spread, the ratio of the medians, the goal and the machine's load:
-//   backup:  an EtcdBackup of an N GiB keyspace to the local S3-compatible store (SeaweedFS), from
+//   backup:  an EtcdBackup of an N GiB keyspace to the local S3-compatible store (versitygw), from
 //            the request to the status saying it succeeded; the backup worker's RSS growth.
 //            reference: `etcdctl snapshot save` of the same member to a local file (goal: our
 //            throughput ≥ 0.8 of it, i.e. time ratio ≤ 1.25).

@@ -1,4 +1,4 @@
-// The local S3-compatible object store against the real server (SeaweedFS's `weed server -s3`): what the
+// The local S3-compatible object store against the real server (versitygw's posix backend): what the
 // backups rely on (a streamed multipart upload with @aws-sdk/lib-storage, user metadata, streamed reads,
 // prefix listings, deletes) and the errors they must tell apart (bad credentials, missing bucket, store
 // down). Then the store as part of a local cluster: on the bridge gateway, reachable from the host and
@@ -23,16 +23,18 @@ import {
 } from "@aws-sdk/client-s3";
 import { Upload } from "@aws-sdk/lib-storage";
 import t from "tap";
-import { ensureAssets, SEAWEEDFS_VERSION } from "../infra/local/assets.ts";
+import { ensureAssets, VERSITYGW_VERSION } from "../infra/local/assets.ts";
 import { daemonStatus, readState, startLocalCluster } from "../infra/local/control-plane.ts";
 import { isOurProcess } from "../infra/local/daemons.ts";
 import { clientsFor, waitForPod } from "../infra/local/kube-wait.ts";
 import { CREDENTIALS_FILE, type ObjectStore, startObjectStore } from "../infra/local/object-store.ts";
+import { UPLOAD_SHAPE, unsignedParts } from "../shared/object-store/s3.ts";
+import { uploadStream } from "../shared/object-store/s3-multipart.ts";
 
 const execFileAsync = promisify(execFile);
 const MiB = 1024 * 1024;
 
-const assets = await ensureAssets({ only: ["seaweedfs"], log: (line) => t.comment(line) });
+const assets = await ensureAssets({ only: ["versitygw"], log: (line) => t.comment(line) });
 const dir = await mkdtemp(join(tmpdir(), "eop-object-store-"));
 t.teardown(() => rm(dir, { recursive: true, force: true }));
 
@@ -80,21 +82,28 @@ function chunkedStream(data: Buffer): Readable {
   return Readable.from(chunks, { objectMode: false });
 }
 
-t.test("the pinned weed build reports its version and commit", async (t) => {
-  t.equal(assets.seaweedfs.version, SEAWEEDFS_VERSION);
-  const { stdout } = await execFileAsync(assets.seaweedfs.weed, ["version"], { timeout: 30_000 });
-  t.match(stdout, `${SEAWEEDFS_VERSION} ${assets.seaweedfs.commit}`);
+t.test("the pinned versitygw build reports its version", async (t) => {
+  t.equal(assets.versitygw.version, VERSITYGW_VERSION);
+  const { stdout } = await execFileAsync(assets.versitygw.versitygw, ["--version"], { timeout: 30_000 });
+  t.match(stdout, `Version  : v${VERSITYGW_VERSION}`);
 });
 
 t.test("the store listens where asked and never logs its secret", async (t) => {
   t.match(store.endpoint, /^http:\/\/127\.0\.0\.1:\d+$/);
   t.match(store.accessKeyId, /^[A-Z0-9]{20}$/);
   t.ok(store.secretAccessKey.length >= 40, "a long random secret");
-  t.ok(isOurProcess({ pid: store.pid, command: assets.seaweedfs.weed, name: "object-store" }));
+  t.ok(isOurProcess({ pid: store.pid, command: assets.versitygw.versitygw, name: "object-store" }));
   const logged = [...logLines, readFileSync(store.logFile, "utf8")].join("\n");
-  t.notMatch(logged, store.secretAccessKey, "neither our log lines nor weed's log carry the secret");
+  t.notMatch(logged, store.secretAccessKey, "neither our log lines nor the store's log carry the secret");
   const config = join(dir, CREDENTIALS_FILE);
   t.equal(statSync(config).mode & 0o777, 0o600, "credentials file is 0600");
+  const commandLine = readFileSync(`/proc/${store.pid}/cmdline`, "utf8");
+  t.notMatch(commandLine, store.secretAccessKey, "the secret is not on the store's command line");
+  // One listener, on the address and port asked for: nothing else of the machine's is taken.
+  const { stdout } = await execFileAsync("ss", ["-Hltnp"]);
+  const ours = stdout.split("\n").filter((line) => line.includes(`pid=${store.pid},`));
+  t.equal(ours.length, 1, `one listening socket (${ours.join(" | ")})`);
+  t.match(ours[0], ` ${new URL(store.endpoint).host} `, "on the endpoint's address and port");
 });
 
 t.test("createBucket makes a bucket that ListBuckets shows", async (t) => {
@@ -160,6 +169,45 @@ t.test("a 20 MiB stream round-trips through a multipart upload", async (t) => {
   t.equal(length, 20 * MiB, "GET streams back every byte");
   t.equal(hash.digest("hex"), digest, "identical bytes");
   t.ok(chunks > 1, `streamed in ${chunks} chunks`);
+});
+
+t.test("the backup uploader's parts go with UNSIGNED-PAYLOAD, and the store takes them", async (t) => {
+  // A client as openS3Store builds it, plus a spy after signing on what each request carries.
+  const client = store.client();
+  t.teardown(() => client.destroy());
+  unsignedParts(client);
+  const sent: { command: string; payloadHash: string | undefined }[] = [];
+  client.middlewareStack.add(
+    (next, context) => async (args) => {
+      const request = args.request as { headers?: Record<string, string> };
+      sent.push({
+        command: context.commandName ?? "",
+        payloadHash: request.headers?.["x-amz-content-sha256"],
+      });
+      return next(args);
+    },
+    { step: "finalizeRequest", priority: "low", name: "spy" },
+  );
+  const data = randomBytes(12 * MiB);
+  const key = "unsigned/parts.backup";
+  const uploaded = await uploadStream(client, { bucket: "backups", key }, chunkedStream(data), UPLOAD_SHAPE);
+  t.same(uploaded, { parts: 3, bytes: 12 * MiB });
+  const parts = sent.filter((s) => s.command === "UploadPartCommand");
+  t.equal(parts.length, 3);
+  t.ok(
+    parts.every((p) => p.payloadHash === "UNSIGNED-PAYLOAD"),
+    "every part's signature leaves its payload out",
+  );
+  const others = sent.filter((s) => s.command !== "UploadPartCommand");
+  t.ok(
+    others.length > 0 && others.every((s) => s.payloadHash !== "UNSIGNED-PAYLOAD"),
+    `the other requests sign their payload (${others.map((s) => s.command).join(", ")})`,
+  );
+  const got = await client.send(new GetObjectCommand({ Bucket: "backups", Key: key }));
+  if (!(got.Body instanceof Readable)) throw new Error("GetObject's body is not a Node stream");
+  const hash = createHash("sha256");
+  for await (const chunk of got.Body) hash.update(chunk as Buffer);
+  t.equal(hash.digest("hex"), sha256(data), "the store has the same bytes");
 });
 
 t.test("ListObjectsV2 with a prefix lists only that prefix", async (t) => {
@@ -255,7 +303,7 @@ t.test("a bucket that does not exist is NoSuchBucket", async (t) => {
 
 t.test("a stopped store refuses connections and leaves no process", async (t) => {
   await store.stop();
-  t.notOk(isOurProcess({ pid: store.pid, command: assets.seaweedfs.weed, name: "object-store" }));
+  t.notOk(isOurProcess({ pid: store.pid, command: assets.versitygw.versitygw, name: "object-store" }));
   const failure = await failureOf(s3.send(new ListBucketsCommand({})));
   t.equal(failure.code, "ECONNREFUSED", `the SDK reports ${failure.name} ${failure.code}`);
   await store.stop(); // stopping twice is harmless
@@ -308,9 +356,12 @@ t.test("startLocalCluster({ objectStore: true }) serves S3 on the bridge gateway
   const script = [
     "set -e",
     `sig="aws:amz:${store.region}:s3"`,
-    `got=$(curl -sSf --aws-sigv4 "$sig" --user "$AK:$SK" "$ENDPOINT/etcd-backups/from-host")`,
+    // S3 wants the payload's hash header on every SigV4 request (curl does not add it) and a
+    // Content-Length on a PUT (so no chunked upload from a pipe: --data-binary reads it all first).
+    'hash="x-amz-content-sha256: UNSIGNED-PAYLOAD"',
+    `got=$(curl -sSf --aws-sigv4 "$sig" --user "$AK:$SK" -H "$hash" "$ENDPOINT/etcd-backups/from-host")`,
     'test "$got" = "hello pod"',
-    `printf 'hello host' | curl -sSf --aws-sigv4 "$sig" --user "$AK:$SK" -T - "$ENDPOINT/etcd-backups/from-pod"`,
+    `printf 'hello host' | curl -sSf --aws-sigv4 "$sig" --user "$AK:$SK" -H "$hash" -X PUT --data-binary @- "$ENDPOINT/etcd-backups/from-pod"`,
   ].join("\n");
   await core.createNamespacedPod({
     namespace: "default",
@@ -353,7 +404,10 @@ t.test("startLocalCluster({ objectStore: true }) serves S3 on the bridge gateway
   const pid = store.pid;
   await cluster.stop();
   stopped = true;
-  t.notOk(isOurProcess({ pid, command: assets.seaweedfs.weed, name: "object-store" }), "the process is gone");
+  t.notOk(
+    isOurProcess({ pid, command: assets.versitygw.versitygw, name: "object-store" }),
+    "the process is gone",
+  );
   t.notOk(await listening(gateway, port), "nothing listens on the endpoint's port");
   t.notOk(await hasLocalAddress(gateway), "the gateway address is gone with the bridge");
   t.notOk(existsSync(cluster.dir), "the instance's folder (store data included) is removed");

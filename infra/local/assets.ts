@@ -1,6 +1,6 @@
 // Builds the local control plane's binaries (kube-apiserver, kube-controller-manager, kubectl,
-// etcd/etcdctl/etcdutl for every supported etcd minor, and SeaweedFS's `weed` for the S3 store that
-// backups go to) from their Go modules, so the project needs no release tarballs from the internet:
+// etcd/etcdctl/etcdutl for every supported etcd minor, and versitygw for the S3 store that backups go
+// to) from their Go modules, so the project needs no release tarballs from the internet:
 // only the Go module proxy.
 //
 // Everything lives in a cache outside git, keyed by version: changing a pinned version below builds the
@@ -19,13 +19,11 @@ import { join } from "node:path";
 export const KUBERNETES_VERSION = "1.34.4";
 
 /**
- * SeaweedFS, whose `weed server -s3` is the real S3-compatible store of the local tests (Apache-2.0;
- * MinIO, the other candidate, is AGPL). Its releases are not tagged as Go module versions, so the
- * module is pinned to the pseudo-version of a commit the module proxy serves; the label is the
- * version that commit's weed/util/version reports.
+ * versitygw (the Versity S3 Gateway, Apache-2.0): its posix backend is the real S3-compatible store
+ * of the local tests and the demo (infra/local/object-store.ts says why it replaced SeaweedFS).
+ * Tagged releases are Go module versions.
  */
-export const SEAWEEDFS_VERSION = "4.53";
-export const SEAWEEDFS_MODULE_VERSION = "v0.0.0-20261109003541-7506e5f91cd6";
+export const VERSITYGW_VERSION = "1.8.0";
 
 import { ETCD_VERSIONS } from "../../shared/etcd-versions.ts";
 
@@ -41,12 +39,10 @@ export interface EtcdBuild {
   etcdutl: string;
 }
 
-export interface SeaweedfsBuild {
-  /** "4.53" */
+export interface VersitygwBuild {
+  /** "1.8.0" */
   version: string;
-  /** The commit the module pseudo-version names (12 hex digits), also stamped into `weed version`. */
-  commit: string;
-  weed: string;
+  versitygw: string;
 }
 
 export interface Assets {
@@ -55,10 +51,10 @@ export interface Assets {
   kubeControllerManager: string;
   kubectl: string;
   etcd: EtcdBuild[];
-  seaweedfs: SeaweedfsBuild;
+  versitygw: VersitygwBuild;
 }
 
-export type AssetKind = "kubernetes" | "etcd" | "seaweedfs";
+export type AssetKind = "kubernetes" | "etcd" | "versitygw";
 
 export interface EnsureOptions {
   /** Progress lines; default writes them to stderr. */
@@ -113,18 +109,8 @@ function etcdName(version: string): string {
   return `etcd-v${version}`;
 }
 
-/** The commit a pseudo-version v0.0.0-<time>-<commit> names. */
-function seaweedfsCommit(): string {
-  const commit = SEAWEEDFS_MODULE_VERSION.split("-").at(-1);
-  if (commit === undefined || !/^[0-9a-f]{12}$/.test(commit)) {
-    throw new Error(`SEAWEEDFS_MODULE_VERSION ${SEAWEEDFS_MODULE_VERSION} is not a pseudo-version`);
-  }
-  return commit;
-}
-
-/** Keyed by commit as well, so re-pinning the module to another commit builds beside the old one. */
-function seaweedfsName(): string {
-  return `seaweedfs-v${SEAWEEDFS_VERSION}-${seaweedfsCommit()}`;
+function versitygwName(): string {
+  return `versitygw-v${VERSITYGW_VERSION}`;
 }
 
 function minorOf(version: string): string {
@@ -148,14 +134,14 @@ function targets(): Target[] {
       build: (ctx) => buildEtcd(ctx, version),
     }),
   );
-  const seaweedfs: Target = {
-    kind: "seaweedfs",
-    name: seaweedfsName(),
-    label: `seaweedfs v${SEAWEEDFS_VERSION}`,
-    binaries: ["weed"],
-    build: buildSeaweedfs,
+  const versitygw: Target = {
+    kind: "versitygw",
+    name: versitygwName(),
+    label: `versitygw v${VERSITYGW_VERSION}`,
+    binaries: ["versitygw"],
+    build: buildVersitygw,
   };
-  return [kubernetes, ...etcds, seaweedfs];
+  return [kubernetes, ...etcds, versitygw];
 }
 
 function layout(): Assets {
@@ -176,10 +162,9 @@ function layout(): Assets {
         etcdutl: join(dir, "etcdutl"),
       };
     }),
-    seaweedfs: {
-      version: SEAWEEDFS_VERSION,
-      commit: seaweedfsCommit(),
-      weed: join(binDir(seaweedfsName()), "weed"),
+    versitygw: {
+      version: VERSITYGW_VERSION,
+      versitygw: join(binDir(versitygwName()), "versitygw"),
     },
   };
 }
@@ -441,66 +426,34 @@ func main() {
 `;
 
 // ---------------------------------------------------------------------------------------------------------
-// SeaweedFS: a wrapper module requiring github.com/seaweedfs/seaweedfs at the pinned commit, building its
-// one binary, weed (the main package github.com/seaweedfs/seaweedfs/weed), the way its release workflow
-// does: -s -w and the commit in weed/util/version.COMMIT. A dependency's replace directives do not apply
-// to the module that requires it, so the wrapper repeats SeaweedFS's own (it swaps a module that was
-// deleted from GitHub for a maintained fork).
+// versitygw: a wrapper module requiring github.com/versity/versitygw at the pinned release, building
+// its command the way its Makefile does: -s -w and the version in main.Version (a module build has no
+// git to ask for the commit and time, so those say "module"/"none").
 
-const SEAWEEDFS_MODULE = "github.com/seaweedfs/seaweedfs";
+const VERSITYGW_MODULE = "github.com/versity/versitygw";
 
-async function buildSeaweedfs(ctx: BuildContext): Promise<void> {
-  const module = `${SEAWEEDFS_MODULE}@${SEAWEEDFS_MODULE_VERSION}`;
-  const info = await downloadModule(ctx, module);
-  const upstreamGoMod = await readFile(info.goMod, "utf8");
-  const goLine = upstreamGoMod.split("\n").find((line) => /^go \d/.test(line)) ?? "go 1.24.0";
-  const replaces = versionedReplaces(upstreamGoMod);
+async function buildVersitygw(ctx: BuildContext): Promise<void> {
+  const version = `v${VERSITYGW_VERSION}`;
   await writeFile(
     join(ctx.moduleDir, "go.mod"),
     [
-      `module eop.local/${seaweedfsName()}`,
+      `module eop.local/${versitygwName()}`,
       "",
-      goLine,
+      "go 1.25.0",
       "",
-      `require ${SEAWEEDFS_MODULE} ${SEAWEEDFS_MODULE_VERSION}`,
+      `require ${VERSITYGW_MODULE} ${version}`,
       "",
-      ...(replaces.length > 0 ? ["replace (", ...replaces.map((r) => `\t${r}`), ")", ""] : []),
     ].join("\n"),
   );
-  const main = `${SEAWEEDFS_MODULE}/weed`;
+  const main = `${VERSITYGW_MODULE}/cmd/versitygw`;
   await writeFile(join(ctx.moduleDir, "tools.go"), toolsGo([main]));
   await runGo(ctx, "resolving modules (go mod tidy)", ["mod", "tidy"]);
-  const commit = seaweedfsCommit();
-  await runGo(ctx, "building weed", [
+  await runGo(ctx, "building versitygw", [
     ...["build", "-trimpath", "-buildvcs=false", "-ldflags"],
-    `-s -w -X ${SEAWEEDFS_MODULE}/weed/util/version.COMMIT=${commit}`,
+    `-s -w -X main.Version=${version} -X main.Build=module -X main.BuildTime=none`,
     ...["-o", `${ctx.outDir}/`, main],
   ]);
-  await verifyVersion(ctx, join(ctx.outDir, "weed"), ["version"], `${SEAWEEDFS_VERSION} ${commit}`);
-}
-
-/**
- * The `replace` directives of a go.mod that point at published module versions (single-line and block
- * form), as "old => new version" lines; replacements by local paths only work in their own repository.
- */
-function versionedReplaces(goMod: string): string[] {
-  const lines = goMod.split("\n").map((line) => line.replace(/\/\/.*$/, "").trim());
-  const found: string[] = [];
-  let inBlock = false;
-  for (const line of lines) {
-    if (inBlock && line === ")") {
-      inBlock = false;
-      continue;
-    }
-    if (line === "replace (") {
-      inBlock = true;
-      continue;
-    }
-    const body = inBlock ? line : line.startsWith("replace ") ? line.slice("replace ".length).trim() : "";
-    const match = /^(\S+(?: \S+)?) => (\S+) (v\S+)$/.exec(body);
-    if (match !== null && !/^[./]/.test(match[2] ?? ".")) found.push(body);
-  }
-  return found;
+  await verifyVersion(ctx, join(ctx.outDir, "versitygw"), ["--version"], `Version  : ${version}`);
 }
 
 /** A file that only exists so \`go mod tidy\` keeps the command packages' modules required. */

@@ -30,7 +30,6 @@ import {
   CREDENTIALS_FILE,
   OBJECT_STORE_STOP_GRACE_MS,
   type ObjectStore,
-  removeLeftoverSockets,
   startObjectStore,
 } from "./object-store.ts";
 import { startRedis } from "./redis.ts";
@@ -46,8 +45,8 @@ export interface LocalClusterOptions {
   /** Start the process kubelet. Default true. */
   kubelet?: boolean;
   /**
-   * Start a real S3-compatible object store (SeaweedFS) on the bridge gateway, reachable from the host
-   * and from pods. Default false: it adds a few seconds to the start.
+   * Start a real S3-compatible object store (versitygw) on the bridge gateway, reachable from the host
+   * and from pods. Default false.
    */
   objectStore?: boolean;
   log?: (line: string) => void;
@@ -233,8 +232,6 @@ export async function cleanupInstance(name: string, log: (line: string) => void 
     const suffix = netns.slice(layout.network.netnsPrefix.length);
     await deletePodNetwork(netns, `${layout.network.vethPrefix}${suffix}`);
   }
-  // The object store is stopped above; the sockets it keeps outside the instance's folder go too.
-  removeLeftoverSockets(objectStoreDir(layout));
   await deleteBridge(layout.network.bridge);
   // Pod containers were started detached; any that outlived the kubelet hold the pod netns,
   // which deletePodNetwork killed above. Mounts live in their own mount namespaces and die with them.
@@ -490,7 +487,7 @@ export async function startLocalCluster(options: LocalClusterOptions = {}): Prom
   const name = options.name ?? DEFAULT_INSTANCE;
   const log = options.log ?? ((line: string) => process.stderr.write(`[local ${name}] ${line}\n`));
   const layout = instanceLayout(name);
-  // SeaweedFS is only built for a cluster that runs the object store.
+  // versitygw is only built for a cluster that runs the object store.
   const assets = await ensureAssets({
     log,
     only: options.objectStore ? undefined : ["kubernetes", "etcd"],
@@ -519,14 +516,14 @@ export async function startLocalCluster(options: LocalClusterOptions = {}): Prom
   try {
     const pki = await createPki(layout);
     await ensureBridge(layout.network);
-    // On the bridge gateway, so pods reach it from their network namespaces as the host does. Its start
-    // is mostly SeaweedFS's own safety delays (~10 s), so it runs while the rest of the cluster starts.
+    // On the bridge gateway, so pods reach it from their network namespaces as the host does. It
+    // starts while the rest of the cluster does (it takes ~0.1 s).
     if (options.objectStore) {
-      s3Starting = timed(log, "object store (SeaweedFS S3)", () =>
+      s3Starting = timed(log, "object store (versitygw S3)", () =>
         startObjectStore({
           dir: objectStoreDir(layout),
           host: layout.network.gateway,
-          weed: assets.seaweedfs.weed,
+          binary: assets.versitygw.versitygw,
           logFile: logFile(layout, "object-store"),
           pidFile: pidFile(layout, "object-store"),
           log,

@@ -114,12 +114,20 @@ export async function stopDaemonFromPidFile(pidFile: string, graceMs?: number): 
 }
 
 /** Asks the kernel for a free TCP port on loopback. */
-export async function freePort(): Promise<number> {
+export function freePort(): Promise<number> {
+  return freePortOn("127.0.0.1");
+}
+
+/**
+ * A TCP port free on this address now (the kernel's pick). Another process could still take it
+ * before the caller binds it; the daemon's start then fails with its log.
+ */
+export async function freePortOn(host: string): Promise<number> {
   return new Promise((resolve, reject) => {
     const server = createServer();
     server.unref();
     server.on("error", reject);
-    server.listen(0, "127.0.0.1", () => {
+    server.listen(0, host, () => {
       const address = server.address();
       const port = typeof address === "object" && address !== null ? address.port : 0;
       server.close(() => (port > 0 ? resolve(port) : reject(new Error("no free port"))));

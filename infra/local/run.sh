@@ -4,7 +4,7 @@
 #   run.sh test [tap args]   type-check, lint, and all tests against the local control plane
 #   run.sh demo              the local control plane with an example, until Ctrl-C
 #   run.sh local up|down|status [--name N]
-#   run.sh assets [--check]  build (or check) the pinned kube/etcd/SeaweedFS binaries
+#   run.sh assets [--check]  build (or check) the pinned kube/etcd/versitygw binaries
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 # shellcheck source=env.sh
@@ -16,7 +16,7 @@ shift || true
 case "$cmd" in
   test)
     ensure_test_packages
-    step "binaries (kube-apiserver, kube-controller-manager, kubectl, etcd 3.5/3.6/3.7, SeaweedFS; cached in $EOP_CACHE)"
+    step "binaries (kube-apiserver, kube-controller-manager, kubectl, etcd 3.5/3.6/3.7, versitygw; cached in $EOP_CACHE)"
     node infra/local/assets.ts >/dev/null
     step "type-check (tsc --noEmit)"
     npx tsc --noEmit
