@@ -38,5 +38,5 @@ COPY --from=build /app/dist ./dist
 # 65532 is distroless's "nonroot"; numeric so Kubernetes can verify runAsNonRoot.
 USER 65532:65532
 # The flags are OPERATOR_NODE_FLAGS in infra/operator.ts (why: see there); a test keeps them in step.
-ENTRYPOINT ["/nodejs/bin/node", "--max-semi-space-size=2", "--expose-gc", "dist/operator.js"]
+ENTRYPOINT ["/nodejs/bin/node", "--max-semi-space-size=2", "--expose-gc", "--no-allocation-site-pretenuring", "dist/operator.js"]
 CMD ["--role", "all"]

@@ -43,7 +43,7 @@ import {
 import { createCluster, etcdClient, memberEndpoints, waitReady } from "../tests/helpers/clusters.ts";
 import { type OperatorProcess, startOperatorProcess } from "../tests/helpers/operator-processes.ts";
 import { operatorBuild } from "./operator-entry.ts";
-import { load, machineBusySeconds, processCpuSeconds, ratio, summary } from "./stats.ts";
+import { keepLogs, load, machineBusySeconds, processCpuSeconds, ratio, summary } from "./stats.ts";
 
 const { values } = parseArgs({
   options: {
@@ -503,5 +503,6 @@ try {
   for (const p of processes) await p.kill("SIGTERM");
   store.close();
   rmSync(scratch, { recursive: true, force: true });
+  keepLogs(cluster.dir, progress);
   await cluster.stop();
 }

@@ -30,7 +30,7 @@ import { RECONCILE_QUEUE, requestReconcile } from "../shared/queue.ts";
 import { type ClusterClients, createCluster } from "../tests/helpers/clusters.ts";
 import { type OperatorProcess, startOperatorProcess } from "../tests/helpers/operator-processes.ts";
 import { operatorBuild } from "./operator-entry.ts";
-import { processCpuSeconds as cpuSeconds, load, summary } from "./stats.ts";
+import { processCpuSeconds as cpuSeconds, keepLogs, load, summary } from "./stats.ts";
 
 const { values } = parseArgs({
   options: {
@@ -367,5 +367,6 @@ try {
   await queue.close();
   eventsConnection.disconnect();
   redis.disconnect();
+  keepLogs(cluster.dir, progress);
   await cluster.stop();
 }

@@ -35,7 +35,7 @@ import { DEFAULT_ETCD_VERSION } from "../shared/etcd-versions.ts";
 import { Kube } from "../shared/kube.ts";
 import { silentLogger } from "../shared/log.ts";
 import { memberPod, newMemberName, peerService, peerURL } from "../shared/member-pods.ts";
-import { load, ratio, summary } from "./stats.ts";
+import { keepLogs, load, ratio, summary } from "./stats.ts";
 
 const { values } = parseArgs({ options: { runs: { type: "string", default: "3" } } });
 const runs = Number(values.runs);
@@ -297,4 +297,5 @@ const results = [
 ];
 for (const r of results) process.stdout.write(`${JSON.stringify(r)}\n`);
 await operator.stop();
+keepLogs(cluster.dir, (line) => process.stderr.write(`${line}\n`));
 await cluster.stop();

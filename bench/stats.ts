@@ -1,6 +1,7 @@
 // What every benchmark reports about repeated measurements and the machine they ran on.
-import { readFileSync } from "node:fs";
+import { cpSync, existsSync, mkdirSync, readFileSync } from "node:fs";
 import { loadavg } from "node:os";
+import { join } from "node:path";
 
 export interface Summary {
   median: number;
@@ -53,4 +54,19 @@ export function machineBusySeconds(): number {
   const ticks = fields.slice(0, 7).map(Number);
   const [user = 0, nice = 0, system = 0, , , irq = 0, softirq = 0] = ticks;
   return (user + nice + system + irq + softirq) / 100;
+}
+
+/**
+ * With BENCH_KEEP_LOGS=DIR, copies the operator processes' logs (and the cluster's daemon logs)
+ * there before the cluster and its folder go: to read what the operator did during a run.
+ */
+export function keepLogs(clusterDir: string, progress: (line: string) => void): void {
+  const target = process.env.BENCH_KEEP_LOGS;
+  if (!target) return;
+  mkdirSync(target, { recursive: true });
+  for (const sub of ["operator-logs", "logs"]) {
+    const from = join(clusterDir, sub);
+    if (existsSync(from)) cpSync(from, join(target, sub), { recursive: true });
+  }
+  progress(`logs kept in ${target}`);
 }

@@ -19,6 +19,7 @@ import { BACKUP_JOB, BACKUP_QUEUE, isBackupPayload, RESTORE_JOB } from "../share
 import "../shared/object-store/oss.ts";
 import "../shared/object-store/s3.ts";
 import { inScope } from "../shared/scope.ts";
+import { holdCollections } from "./memory-keeper.ts";
 
 export interface BackupWorkerDeps {
   kube: Kube;
@@ -36,7 +37,7 @@ async function delay(job: Job, token: string | undefined, ms: number): Promise<n
 
 export function createBackupProcessor(deps: BackupWorkerDeps) {
   const etcd = { timeoutMs: deps.config.etcdTimeoutMs };
-  return async (job: Job, token?: string): Promise<unknown> => {
+  const processJob = async (job: Job, token?: string): Promise<unknown> => {
     if (!isBackupPayload(job.data))
       throw new UnrecoverableError(`invalid backup payload: ${JSON.stringify(job.data)}`);
     const { namespace, name, reason } = job.data;
@@ -94,6 +95,15 @@ export function createBackupProcessor(deps: BackupWorkerDeps) {
       return delay(job, token, requeueAfterMs);
     }
     throw new UnrecoverableError(`unknown job "${job.name}" on ${BACKUP_QUEUE}`);
+  };
+  // Backups stream a snapshot, restores may read a whole backup: no forced collections meanwhile.
+  return async (job: Job, token?: string): Promise<unknown> => {
+    const release = holdCollections();
+    try {
+      return await processJob(job, token);
+    } finally {
+      release();
+    }
   };
 }
 

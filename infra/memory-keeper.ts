@@ -11,6 +11,12 @@
 //
 // Needs node's --expose-gc (OPERATOR_NODE_FLAGS); without it the keeper says so once and does
 // nothing, which costs memory, not correctness.
+//
+// Not while GiBs stream through the process (a backup, a restore's check): there V8's own
+// external-memory trigger collects the stream's Buffers every 64 MiB anyway, and a forced
+// collection in the middle of a stream only adds a mark-compact. Streams hold the keeper off with
+// holdCollections(). (A forced collection also let V8 pretenure allocation sites that a stream
+// later used heavily; OPERATOR_NODE_FLAGS turns pretenuring off, see there.)
 
 export interface MemoryUse {
   heapUsed: number;
@@ -30,14 +36,31 @@ export interface MemoryKeeperOptions {
   usage?: () => MemoryUse;
   /** Told once when there is no way to collect (node started without --expose-gc). */
   onUnavailable?: () => void;
-  /** Told after each collection, with the use before and after (for a metric or a debug line). */
-  onCollected?: (before: MemoryUse, after: MemoryUse) => void;
+  /** Told after each collection: the use before and after, and how long it took (ms). */
+  onCollected?: (before: MemoryUse, after: MemoryUse, ms: number) => void;
 }
 
 export interface MemoryKeeper {
   stop(): void;
   /** Collections started so far. */
   readonly collections: number;
+}
+
+/** Streams in progress in this process; the keeper waits while there is any. */
+let holds = 0;
+
+/**
+ * Keeps the keeper from collecting until the returned release is called (once; later calls do
+ * nothing). For work that streams GiBs through the process.
+ */
+export function holdCollections(): () => void {
+  holds++;
+  let released = false;
+  return () => {
+    if (released) return;
+    released = true;
+    holds--;
+  };
 }
 
 function v8MajorCollection(): MajorCollection | undefined {
@@ -64,17 +87,18 @@ export function startMemoryKeeper(options: MemoryKeeperOptions): MemoryKeeper {
   let baseline = total(usage());
   let running = false;
   const timer = setInterval(() => {
-    if (running) return;
+    if (running || holds > 0) return;
     const before = usage();
     if (total(before) - baseline < options.growthBytes) return;
     running = true;
     collections++;
+    const started = performance.now();
     collect().then(
       () => {
         const after = usage();
         baseline = total(after);
         running = false;
-        options.onCollected?.(before, after);
+        options.onCollected?.(before, after, performance.now() - started);
       },
       () => {
         running = false;

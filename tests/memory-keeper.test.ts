@@ -4,7 +4,7 @@
 import { execFile } from "node:child_process";
 import { promisify } from "node:util";
 import t from "tap";
-import { type MemoryUse, startMemoryKeeper } from "../infra/memory-keeper.ts";
+import { holdCollections, type MemoryUse, startMemoryKeeper } from "../infra/memory-keeper.ts";
 import { OPERATOR_NODE_FLAGS } from "../infra/operator.ts";
 
 const MiB = 1024 * 1024;
@@ -58,6 +58,31 @@ t.test("never starts a collection while one is still running", async (t) => {
   use = { heapUsed: 52 * MiB, arrayBuffers: 0 };
   await sleep(30);
   t.equal(keeper.collections, 2, "growth after it starts the next");
+});
+
+t.test("holds off while a stream holds it, and collects once the last hold is released", async (t) => {
+  let use: MemoryUse = { heapUsed: 10 * MiB, arrayBuffers: 0 };
+  const keeper = startMemoryKeeper({
+    intervalMs: 5,
+    growthBytes: 1 * MiB,
+    usage: () => use,
+    collect: async () => {
+      use = { heapUsed: 10 * MiB, arrayBuffers: 0 };
+    },
+  });
+  t.teardown(() => keeper.stop());
+  const backup = holdCollections();
+  const restore = holdCollections();
+  use = { heapUsed: 10 * MiB, arrayBuffers: 300 * MiB };
+  await sleep(40);
+  t.equal(keeper.collections, 0, "nothing while two streams run");
+  backup();
+  backup(); // a second release of the same hold changes nothing
+  await sleep(40);
+  t.equal(keeper.collections, 0, "nothing while one still runs");
+  restore();
+  await sleep(40);
+  t.equal(keeper.collections, 1, "the stream's leftovers are collected once it is done");
 });
 
 t.test("without a way to collect it says so once and does nothing; interval 0 is off", async (t) => {
