@@ -196,7 +196,7 @@ async function main(): Promise<void> {
     onUnavailable: () =>
       log.warn("node runs without --expose-gc: the memory keeper is off (the process keeps more garbage)"),
     onCollected: (before, after, ms) =>
-      log.info(
+      log.debug(
         {
           ms: Math.round(ms),
           heapMiB: [mib(before.heapUsed), mib(after.heapUsed)],
