@@ -140,14 +140,18 @@ export function memberIdFromHex(hex: string): string {
 // ---------------------------------------------------------------------------------------------------
 // Clients
 
-export function createEtcdClient(endpoint: string, options: EtcdClientOptions): Etcd3 {
+export function createEtcdClient(
+  endpoint: string,
+  options: EtcdClientOptions,
+  channel: Record<string, number> = {},
+): Etcd3 {
   const clientOptions: IOptions = {
     hosts: endpoint,
     // grpc-js shares connections to one address across all clients of the process, including
     // their reconnect back-off: after a member refused one connection (it was still starting),
     // every later client would wait out that back-off (1 s, 1.6 s, 2.6 s, … up to 2 min) and
     // time out. A private pool per client makes each call dial afresh.
-    grpcOptions: { "grpc.use_local_subchannel_pool": 1 },
+    grpcOptions: { "grpc.use_local_subchannel_pool": 1, ...channel },
   };
   const tls = options.tls;
   if (tls) {

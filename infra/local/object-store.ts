@@ -101,6 +101,10 @@ export async function startObjectStore(options: ObjectStoreOptions): Promise<Obj
       // For profiling the store (bench/backup.ts), e.g. "--pprof 127.0.0.1:6061" serves Go's pprof.
       ...(process.env.OBJECT_STORE_EXTRA_ARGS?.split(" ").filter(Boolean) ?? []),
       "posix",
+      // ETags from the data-integrity checksum (CRC64NVME) rather than MD5: MD5 was ~40% of the
+      // store's CPU per byte uploaded (3.9 → 2.2 CPU-s per 1.2 GiB), nothing here reads an ETag but
+      // to hand the parts' back at completion, and S3's own multipart ETags are no MD5 of the object.
+      "--data-integrity-etag",
       dataDir,
     ],
     env: {
