@@ -43,7 +43,15 @@ import {
 import { createCluster, etcdClient, memberEndpoints, waitReady } from "../tests/helpers/clusters.ts";
 import { type OperatorProcess, startOperatorProcess } from "../tests/helpers/operator-processes.ts";
 import { operatorBuild } from "./operator-entry.ts";
-import { keepLogs, load, machineBusySeconds, processCpuSeconds, ratio, summary } from "./stats.ts";
+import {
+  keepLogs,
+  load,
+  machineBusySeconds,
+  processCpuSeconds,
+  ratio,
+  summary,
+  warmMachineMemory,
+} from "./stats.ts";
 
 const { values } = parseArgs({
   options: {
@@ -63,6 +71,7 @@ const run = promisify(execFile);
 const mb = (n: number) => n / 1024 / 1024;
 const seconds = (since: number) => (performance.now() - since) / 1000;
 
+warmMachineMemory(progress);
 const operator = await operatorBuild(progress);
 const {
   local: cluster,
