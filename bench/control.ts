@@ -13,7 +13,7 @@
 //   - apiRequestsPerReconcile: kube-apiserver requests by verb and resource per reconcile (last run);
 //   - the machine's load average.
 // Runs against the local control plane; never part of the default tests.
-import { readFileSync } from "node:fs";
+import { readFileSync, writeFileSync } from "node:fs";
 import { request } from "node:https";
 import { join } from "node:path";
 import { parseArgs } from "node:util";
@@ -243,11 +243,16 @@ try {
   const requestedAt = new Map<string, number>();
   let waits: number[] = [];
   const slow: [string, number][] = [];
+  // Every wait of the latency phases as [ms since the bench began, wait ms]: with BENCH_WAITS_FILE
+  // set, written there, to line slow waits up with a process's GC pauses (OPERATOR_NODE_ARGS=--trace-gc).
+  const timeline: [number, number][] = [];
+  const benchStart = performance.now();
   events.on("active", ({ jobId }) => {
     const at = requestedAt.get(jobId);
     if (at !== undefined) {
       waits.push(performance.now() - at);
       slow.push([jobId, performance.now() - at]);
+      timeline.push([Math.round(at - benchStart), Number((performance.now() - at).toFixed(2))]);
       requestedAt.delete(jobId);
     }
   });
@@ -314,6 +319,7 @@ try {
       .map(([job, ms]) => ({ job, ms: Number(ms.toFixed(1)) }));
     slow.length = 0;
   }
+  if (process.env.BENCH_WAITS_FILE) writeFileSync(process.env.BENCH_WAITS_FILE, JSON.stringify(timeline));
   const cpuMsPerReconcile = Object.fromEntries(
     [...processesByName.keys()].map((name) => [
       name,
