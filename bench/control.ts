@@ -243,16 +243,17 @@ try {
   const requestedAt = new Map<string, number>();
   let waits: number[] = [];
   const slow: [string, number][] = [];
-  // Every wait of the latency phases as [ms since the bench began, wait ms]: with BENCH_WAITS_FILE
+  // Every wait of the latency phases as [ms since the measuring began, wait ms]: with BENCH_WAITS_FILE
   // set, written there, to line slow waits up with a process's GC pauses (OPERATOR_NODE_ARGS=--trace-gc).
   const timeline: [number, number][] = [];
-  const benchStart = performance.now();
+  const measuringStart = performance.now();
   events.on("active", ({ jobId }) => {
     const at = requestedAt.get(jobId);
     if (at !== undefined) {
-      waits.push(performance.now() - at);
-      slow.push([jobId, performance.now() - at]);
-      timeline.push([Math.round(at - benchStart), Number((performance.now() - at).toFixed(2))]);
+      const wait = performance.now() - at;
+      waits.push(wait);
+      slow.push([jobId, wait]);
+      timeline.push([Math.round(at - measuringStart), Number(wait.toFixed(2))]);
       requestedAt.delete(jobId);
     }
   });
