@@ -13,11 +13,6 @@ import type { Kube } from "../shared/kube.ts";
 import { acquireLease, LeaseLostError } from "../shared/lease.ts";
 import type { Logger } from "../shared/log.ts";
 import { BACKUP_JOB, BACKUP_QUEUE, isBackupPayload, RESTORE_JOB } from "../shared/queue.ts";
-// The process that runs backups loads the object-store SDKs at start (elsewhere they load on first
-// use): a backup's memory is then the stream's alone, and the first backup does not pay ~30–70 MiB
-// of module loading in the middle of its work.
-import "../shared/object-store/oss.ts";
-import "../shared/object-store/s3.ts";
 import { inScope } from "../shared/scope.ts";
 import { holdCollections } from "./memory-keeper.ts";
 

@@ -6,8 +6,16 @@
 // doing hundreds of reconciles a second therefore carries tens of MiB of dead objects and Buffers:
 // in bench/control.ts a worker's heap was 89 MiB with 44–67 MiB live and 27–70 MiB of Buffers of
 // which ~1 MiB was live. A major collection started from here every couple of seconds, only when
-// the heap and Buffers grew since the last one, keeps RSS close to the live size for a few
-// milliseconds of main-thread time per collection (the marking runs concurrently: `async`).
+// the heap and Buffers grew since the last one, keeps RSS close to the live size (bench/control.ts:
+// workers 168 MiB instead of 217–225).
+//
+// The price is a pause. `execution: "async"` only posts the collection as a task: it still runs as
+// one atomic mark-compact on the main thread, 74–116 ms on the loaded 2-core bench machine
+// (--trace-gc: "testing; GC in old space requested"), where V8's own incremental collections
+// finalise in 6–20 ms. Jobs that arrive meanwhile wait it out: it is most of control's p99 queue
+// wait. The alternative measured, V8's --heap-growing-percent=25 with the keeper off, kept RSS
+// as low and the pauses short in one session and not in the next, and tripled the worker's CPU
+// during a backup (a mark-compact every ~100 ms: 11 CPU-s instead of 4–5 for 1.2 GiB).
 //
 // Needs node's --expose-gc (OPERATOR_NODE_FLAGS); without it the keeper says so once and does
 // nothing, which costs memory, not correctness.

@@ -19,8 +19,11 @@ export interface OperatorProcess {
 
 let counter = 0;
 
-function passThrough(names: readonly string[]): Record<string, string> {
-  return Object.fromEntries(names.flatMap((name) => (process.env[name] ? [[name, process.env[name]]] : [])));
+/** This process's environment variables that `keep` picks, to pass on to the operator's. */
+function passThrough(keep: (name: string) => boolean): Record<string, string> {
+  return Object.fromEntries(
+    Object.entries(process.env).flatMap(([name, value]) => (keep(name) && value ? [[name, value]] : [])),
+  );
 }
 
 export function operatorEnv(
@@ -40,8 +43,9 @@ export function operatorEnv(
     HTTP_PORT: "0",
     // For profiling a run (e.g. OPERATOR_NODE_OPTIONS="--cpu-prof"): node options for the operator only.
     ...(process.env.OPERATOR_NODE_OPTIONS ? { NODE_OPTIONS: process.env.OPERATOR_NODE_OPTIONS } : {}),
-    // glibc's malloc tuning (e.g. MALLOC_ARENA_MAX=2) and the memory keeper's settings, to try them in a bench.
-    ...passThrough(["MALLOC_ARENA_MAX", "MEMORY_GC_INTERVAL_MS", "MEMORY_GC_GROWTH_MIB"]),
+    // glibc's malloc tuning (MALLOC_ARENA_MAX, MALLOC_TRIM_THRESHOLD_, …) and the memory keeper's
+    // settings, to try them in a bench.
+    ...passThrough((name) => name.startsWith("MALLOC_") || name.startsWith("MEMORY_GC_")),
     ...extra,
   };
 }
