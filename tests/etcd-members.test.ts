@@ -2,7 +2,16 @@
 // three-member clusters and a TLS member on 127.0.0.1 with free ports and temporary data directories,
 // started directly (no kubelet). Short heartbeat and election timeouts keep elections fast.
 import { type ChildProcess, execFile, spawn } from "node:child_process";
-import { closeSync, mkdirSync, mkdtempSync, openSync, rmSync, writeFileSync } from "node:fs";
+import {
+  closeSync,
+  mkdirSync,
+  mkdtempSync,
+  openSync,
+  readdirSync,
+  readFileSync,
+  rmSync,
+  writeFileSync,
+} from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { setTimeout as sleep } from "node:timers/promises";
@@ -191,6 +200,20 @@ async function kill(member: Member): Promise<void> {
 async function idsByEndpoint(members: readonly Member[]): Promise<Map<string, string>> {
   const statuses = await endpointStatuses(endpointsOf(members));
   return new Map(statuses.map((s) => [s.endpoint, s.memberId ?? ""]));
+}
+
+/**
+ * Whether every thread of the process is stopped. SIGSTOP takes effect only once one of its threads
+ * is scheduled and starts the group stop: on a loaded machine a running thread of etcd could still
+ * answer a request sent right after kill().
+ */
+function allThreadsStopped(pid: number): boolean {
+  const threads = readdirSync(`/proc/${pid}/task`);
+  // The state is the field after the command's closing parenthesis.
+  return threads.every((tid) => {
+    const stat = readFileSync(`/proc/${pid}/task/${tid}/stat`, "utf8");
+    return /^[tT]/.test(stat.slice(stat.lastIndexOf(")") + 2));
+  });
 }
 
 function statusOf(statuses: readonly EndpointStatus[], member: Member): EndpointStatus | undefined {
@@ -428,6 +451,13 @@ for (const build of assets.etcd) {
         const others = members.filter((m) => m !== victim);
         victim.child.kill("SIGSTOP");
         try {
+          const pid = victim.child.pid;
+          if (pid === undefined) throw new Error("the victim has no pid");
+          await waitUntil(async () => allThreadsStopped(pid), {
+            what: "the stopped member's threads",
+            timeoutMs: 5_000,
+            intervalMs: 10,
+          });
           const hung = await timed(() => endpointStatuses(endpoints, { timeoutMs: 500 }));
           t.ok(hung.ms < 1_500, `statuses came back in ${hung.ms} ms with a 500 ms deadline`);
           t.match(statusOf(hung.value, victim), { ok: false, error: /DEADLINE_EXCEEDED|Deadline exceeded/ });
