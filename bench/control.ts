@@ -169,6 +169,12 @@ async function stepTimes(ports: number[]): Promise<Record<string, { count: numbe
   );
 }
 
+/** The median and 99th percentile of one latency phase's samples. */
+function p50p99(values: readonly number[]): { p50: number; p99: number } {
+  const sorted = [...values].sort((a, b) => a - b);
+  return { p50: percentile(sorted, 50), p99: percentile(sorted, 99) };
+}
+
 function percentile(sorted: number[], p: number): number {
   if (sorted.length === 0) return Number.NaN;
   return sorted[Math.min(sorted.length - 1, Math.floor((p / 100) * sorted.length))] ?? Number.NaN;
@@ -329,12 +335,12 @@ try {
       await new Promise((r) => setTimeout(r, 1000 / rate));
     }
     await drained();
-    const sorted = [...waits].sort((a, b) => a - b);
-    perRun.p50.push(percentile(sorted, 50));
-    perRun.p99.push(percentile(sorted, 99));
-    const sortedSpans = [...requestToStart].sort((a, b) => a - b);
-    perRun.requestToStartP50.push(percentile(sortedSpans, 50));
-    perRun.requestToStartP99.push(percentile(sortedSpans, 99));
+    const queued = p50p99(waits);
+    perRun.p50.push(queued.p50);
+    perRun.p99.push(queued.p99);
+    const spans = p50p99(requestToStart);
+    perRun.requestToStartP50.push(spans.p50);
+    perRun.requestToStartP99.push(spans.p99);
     perRun.slowest = slow
       .sort((a, b) => b[1] - a[1])
       .slice(0, 5)

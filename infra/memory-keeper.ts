@@ -10,10 +10,10 @@
 // workers 168 MiB instead of 217–225).
 //
 // The price is a pause. `execution: "async"` only posts the collection as a task: it still runs as
-// one atomic mark-compact on the main thread, 74–116 ms on the loaded 2-core bench machine
+// one atomic mark-compact on the main thread, 56–116 ms on the loaded 2-core bench machine
 // (--trace-gc: "testing; GC in old space requested"), where V8's own incremental collections
-// finalise in 6–20 ms. Jobs that arrive meanwhile wait it out: it is most of control's p99 queue
-// wait. The alternative measured, V8's --heap-growing-percent=25 with the keeper off, kept RSS
+// finalise in 6–20 ms. With two workers the other one takes the jobs meanwhile: of six such
+// pauses in one control run, one fell inside a burst of slow queue waits. The alternative measured, V8's --heap-growing-percent=25 with the keeper off, kept RSS
 // as low and the pauses short in one session and not in the next, and tripled the worker's CPU
 // during a backup (a mark-compact every ~100 ms: 11 CPU-s instead of 4–5 for 1.2 GiB).
 //
