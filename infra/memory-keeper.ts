@@ -97,6 +97,10 @@ export function startMemoryKeeper(options: MemoryKeeperOptions): MemoryKeeper {
   const timer = setInterval(() => {
     if (running || holds > 0) return;
     const before = usage();
+    // The low-water mark since the last collection: V8 frees a collection's dead ArrayBuffers on a
+    // background thread, so the use read right after it can still count many of them, and growth
+    // measured from that would need up to that much more before the next collection.
+    baseline = Math.min(baseline, total(before));
     if (total(before) - baseline < options.growthBytes) return;
     running = true;
     collections++;
