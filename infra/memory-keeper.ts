@@ -13,9 +13,10 @@
 // one atomic mark-compact on the main thread, 56–116 ms on the loaded 2-core bench machine
 // (--trace-gc: "testing; GC in old space requested"), where V8's own incremental collections
 // finalise in 6–20 ms. With two workers the other one takes the jobs meanwhile: of six such
-// pauses in one control run, one fell inside a burst of slow queue waits. The alternative measured, V8's --heap-growing-percent=25 with the keeper off, kept RSS
-// as low and the pauses short in one session and not in the next, and tripled the worker's CPU
-// during a backup (a mark-compact every ~100 ms: 11 CPU-s instead of 4–5 for 1.2 GiB).
+// pauses in one control run, one fell inside a burst of slow queue waits. The alternative
+// measured, V8's --heap-growing-percent=25 with the keeper off, kept RSS as low and the pauses
+// short in one session and not in the next, and tripled the worker's CPU during a backup (a
+// mark-compact every ~100 ms: 11 CPU-s instead of 4–5 for 1.2 GiB).
 //
 // Needs node's --expose-gc (OPERATOR_NODE_FLAGS); without it the keeper says so once and does
 // nothing, which costs memory, not correctness.
@@ -97,11 +98,12 @@ export function startMemoryKeeper(options: MemoryKeeperOptions): MemoryKeeper {
   const timer = setInterval(() => {
     if (running || holds > 0) return;
     const before = usage();
+    const now = total(before);
     // The low-water mark since the last collection: V8 frees a collection's dead ArrayBuffers on a
     // background thread, so the use read right after it can still count many of them, and growth
     // measured from that would need up to that much more before the next collection.
-    baseline = Math.min(baseline, total(before));
-    if (total(before) - baseline < options.growthBytes) return;
+    baseline = Math.min(baseline, now);
+    if (now - baseline < options.growthBytes) return;
     running = true;
     collections++;
     const started = performance.now();
