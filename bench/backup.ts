@@ -113,10 +113,14 @@ async function referenceSnapshot(file: string): Promise<number> {
   return seconds(started);
 }
 
-/** Our uploader from a local file straight into the store: what the store alone allows. */
+/**
+ * Our uploader from a local file straight into the store: what the store alone allows. The size is
+ * given, as a backup knows it from etcd's first snapshot message.
+ */
 async function storeOnly(file: string, key: string): Promise<number> {
+  const size = statSync(file).size;
   const started = performance.now();
-  await store.upload(key, createReadStream(file));
+  await store.upload(key, createReadStream(file), size);
   return seconds(started);
 }
 

@@ -104,8 +104,8 @@ async function streamSnapshot(
     : undefined;
   try {
     // The upload consumes the digest's output; pipeline carries errors both ways and ends the
-    // snapshot stream if the upload fails.
-    await Promise.all([pipeline(snapshot.stream, digest), store.upload(key, digest)]);
+    // snapshot stream if the upload fails. The announced size lets S3 take it in one request.
+    await Promise.all([pipeline(snapshot.stream, digest), store.upload(key, digest, snapshot.size)]);
   } finally {
     clearTimeout(timer);
     snapshot.close();

@@ -91,6 +91,11 @@ export interface MemberSnapshot {
   revision: number;
   /** The member's etcd version. */
   etcdVersion: string;
+  /**
+   * The number of bytes the stream will carry (database and trailer), from the first message's
+   * remaining_bytes; undefined if the member did not say.
+   */
+  size: number | undefined;
   /** The snapshot's bytes. */
   stream: Readable;
   close(): void;
@@ -124,6 +129,17 @@ function firstMessage(responses: Readable): Promise<ISnapshotResponse> {
 }
 
 /**
+ * Every etcd since 3.0 sends the database in messages that each say how many of its bytes are still
+ * to come, then the 32-byte trailer (etcdserver/api/v3rpc/maintenance.go): the first message gives
+ * the whole length.
+ */
+export function announcedSize(first: ISnapshotResponse): number | undefined {
+  const remaining = Number(first.remaining_bytes);
+  if (!Number.isSafeInteger(remaining) || remaining < 0) return undefined;
+  return first.blob.length + remaining + TRAILER;
+}
+
+/**
  * Opens the Snapshot stream of one member. Resolves once the first message arrived (the member
  * answered); the bytes then flow with back-pressure: gRPC reads the next message only when the
  * consumer (the upload) asks for more, so memory stays flat whatever the snapshot's size.
@@ -148,6 +164,7 @@ export async function openSnapshot(endpoint: string, options: EtcdClientOptions)
     return {
       revision: Number(status.header.revision),
       etcdVersion: status.version,
+      size: announcedSize(first),
       stream: blobs,
       close: () => {
         responses.destroy();

@@ -1,7 +1,9 @@
-// S3 and S3-compatible stores (MinIO, versitygw, SeaweedFS, Ceph RGW…) through @aws-sdk/client-s3. Uploads are
-// multipart with two reused 5 MiB part buffers (s3-multipart.ts), whatever the snapshot's size.
+// S3 and S3-compatible stores (MinIO, versitygw, SeaweedFS, Ceph RGW…) through @aws-sdk/client-s3. An
+// upload of known size (≤ 5 GiB) is one streamed PutObject (s3-put.ts); any other is multipart with
+// two reused 5 MiB part buffers (s3-multipart.ts). Memory stays flat either way.
 import type { Readable } from "node:stream";
 import {
+  DeleteObjectCommand,
   DeleteObjectsCommand,
   GetObjectCommand,
   HeadObjectCommand,
@@ -12,6 +14,7 @@ import {
 } from "@aws-sdk/client-s3";
 import type { S3Credentials } from "./credentials.ts";
 import { MIN_PART_SIZE, type UploadShape, uploadStream } from "./s3-multipart.ts";
+import { MAX_PUT_SIZE, putStream } from "./s3-put.ts";
 import { isNetworkError, type ObjectStore, ObjectStoreError, type StoredObject } from "./types.ts";
 
 /**
@@ -104,8 +107,10 @@ export function unsignedParts(client: S3Client): void {
   );
 }
 
-export function openS3Store(options: S3StoreOptions): ObjectStore {
-  const { bucket } = options;
+const SILENT = { debug() {}, info() {}, warn() {}, error() {} };
+
+/** The client every S3 store call goes through, configured for streamed backups. */
+export function createS3Client(options: S3StoreOptions): S3Client {
   const client = new S3Client({
     region: options.credentials.region ?? "us-east-1",
     endpoint: options.endpoint || undefined,
@@ -116,6 +121,9 @@ export function openS3Store(options: S3StoreOptions): ObjectStore {
       sessionToken: options.credentials.sessionToken,
     },
     maxAttempts: 3,
+    // The SDK writes one warning to the console when a streamed upload fails (it cannot retry a
+    // stream); our caller reports that failure itself, once, in the worker's structured log.
+    logger: SILENT,
     // The SDK's default adds a CRC32 of every part (pure JavaScript, over each byte) and checks
     // one on every download. The backup carries its own SHA-256, recorded at upload and verified
     // before a restore uses the bytes; SigV4 signs each part's SHA-256 over plain HTTP and TLS
@@ -125,13 +133,43 @@ export function openS3Store(options: S3StoreOptions): ObjectStore {
     requestHandler: { connectionTimeout: 5_000, requestTimeout: 60_000 },
   });
   unsignedParts(client);
+  return client;
+}
+
+/** `client` defaults to createS3Client's; a test passes one to watch the requests. */
+export function openS3Store(
+  options: S3StoreOptions,
+  client: S3Client = createS3Client(options),
+): ObjectStore {
+  const { bucket } = options;
   const at = (key: string) => `s3://${bucket}/${key}`;
+  /** undefined when the object does not exist. */
+  const head = async (key: string): Promise<StoredObject | undefined> => {
+    try {
+      const answer = await client.send(new HeadObjectCommand({ Bucket: bucket, Key: key }));
+      return { key, size: answer.ContentLength ?? 0, lastModified: answer.LastModified };
+    } catch (error) {
+      const explained = explain(error, `look up ${at(key)}`);
+      // HEAD has no body, so a missing bucket also comes back as a bare 404.
+      if (explained.code === "NoSuchKey") return undefined;
+      throw explained;
+    }
+  };
   return {
     kind: "S3",
     bucket,
-    async upload(key, body: Readable) {
+    async upload(key, body: Readable, size?: number) {
       try {
-        await uploadStream(client, { bucket, key }, body, UPLOAD_SHAPE);
+        // One PutObject goes only to a key that holds nothing: a store may keep what arrived of a
+        // put that broke off (versitygw does, for an unsigned payload), which would replace a good
+        // backup with a truncated one. A multipart upload replaces an object only once completed.
+        if (size !== undefined && size <= MAX_PUT_SIZE && (await head(key)) === undefined) {
+          await putStream(client, { bucket, key }, body, size).catch(async (error: unknown) => {
+            // The key held nothing: whatever the store kept of the broken request goes.
+            await client.send(new DeleteObjectCommand({ Bucket: bucket, Key: key })).catch(() => undefined);
+            throw error;
+          });
+        } else await uploadStream(client, { bucket, key }, body, UPLOAD_SHAPE);
       } catch (error) {
         throw explain(error, `upload to ${at(key)}`);
       }
@@ -155,17 +193,7 @@ export function openS3Store(options: S3StoreOptions): ObjectStore {
         throw explain(error, `read ${at(key)}`);
       }
     },
-    async head(key) {
-      try {
-        const answer = await client.send(new HeadObjectCommand({ Bucket: bucket, Key: key }));
-        return { key, size: answer.ContentLength ?? 0, lastModified: answer.LastModified };
-      } catch (error) {
-        const explained = explain(error, `look up ${at(key)}`);
-        // HEAD has no body, so a missing bucket also comes back as a bare 404.
-        if (explained.code === "NoSuchKey") return undefined;
-        throw explained;
-      }
-    },
+    head,
     async list(prefix) {
       const found: StoredObject[] = [];
       let token: string | undefined;

@@ -12,8 +12,11 @@ export interface StoredObject {
 export interface ObjectStore {
   readonly kind: "S3" | "OSS";
   readonly bucket: string;
-  /** Streams body to key (multipart/chunked); resolves once the store has the whole object. */
-  upload(key: string, body: Readable): Promise<void>;
+  /**
+   * Streams body to key; resolves once the store has the whole object. `size`, when the caller
+   * knows it before the first byte, lets an S3 store take the object in one request.
+   */
+  upload(key: string, body: Readable, size?: number): Promise<void>;
   /** A small object written in one request (the backup's metadata file). */
   putText(key: string, text: string): Promise<void>;
   download(key: string): Promise<Readable>;
