@@ -92,7 +92,14 @@ async function streamSnapshot(
   endpoint: string,
   options: EtcdClientOptions,
   timeoutMs: number | undefined,
-): Promise<{ key: string; size: number; sha256: string; revision: number; etcdVersion: string }> {
+): Promise<{
+  key: string;
+  size: number;
+  sha256: string;
+  crc32: string | undefined;
+  revision: number;
+  etcdVersion: string;
+}> {
   const snapshot = await openSnapshot(endpoint, options);
   const key = keyFor(snapshot.revision);
   const digest = new SnapshotDigest();
@@ -121,6 +128,7 @@ async function streamSnapshot(
     key,
     size: result.size,
     sha256: result.sha256,
+    crc32: result.crc32,
     revision: snapshot.revision,
     etcdVersion: snapshot.etcdVersion,
   };
@@ -210,6 +218,7 @@ export async function runBackup(backup: EtcdBackup, deps: BackupDeps): Promise<B
     const metadata: BackupMetadata = {
       format: 1,
       sha256: taken.sha256,
+      crc32: taken.crc32,
       size: taken.size,
       revision: taken.revision,
       etcdVersion: taken.etcdVersion,

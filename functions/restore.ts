@@ -103,7 +103,10 @@ function parseMetadata(text: string | undefined): BackupMetadata | undefined {
   if (text === undefined) return undefined;
   try {
     const parsed = JSON.parse(text) as Partial<BackupMetadata>;
-    return parsed.format === 1 && typeof parsed.sha256 === "string" ? (parsed as BackupMetadata) : undefined;
+    if (parsed.format !== 1 || typeof parsed.sha256 !== "string") return undefined;
+    // A CRC-32 not as a backup writes it is left out: the SHA-256 is then what the seeds check.
+    const { crc32, ...rest } = parsed as BackupMetadata;
+    return typeof crc32 === "string" && /^[0-9a-f]{8}$/.test(crc32) ? { ...rest, crc32 } : rest;
   } catch {
     return undefined;
   }
@@ -115,7 +118,7 @@ async function readAndCheck(
   key: string,
   path: string,
   metadata: BackupMetadata | undefined,
-): Promise<{ size: number; sha256: string | undefined }> {
+): Promise<{ size: number; sha256: string | undefined; crc32: string | undefined }> {
   // One pass gives both checks: the whole-object SHA-256 against the backup's metadata (when
   // there is some), and etcd's trailer. The seeds compare that SHA-256 rather than hash again.
   const digest = new SnapshotDigest();
@@ -125,6 +128,11 @@ async function readAndCheck(
   if (metadata && metadata.sha256 !== result.sha256) {
     throw new RestoreFailed(
       `backup ${path} is corrupt: its SHA-256 is ${result.sha256}, the backup recorded ${metadata.sha256}`,
+    );
+  }
+  if (metadata?.crc32 !== undefined && metadata.crc32 !== result.crc32) {
+    throw new RestoreFailed(
+      `backup ${path} is corrupt: its CRC-32 is ${result.crc32}, the backup recorded ${metadata.crc32}`,
     );
   }
   if (metadata && metadata.size !== result.size) {
@@ -137,7 +145,7 @@ async function readAndCheck(
       `backup ${path} is corrupt or truncated: etcd's snapshot hash does not match its data`,
     );
   }
-  return { size: result.size, sha256: result.sha256 };
+  return { size: result.size, sha256: result.sha256, crc32: result.crc32 };
 }
 
 /**
@@ -170,6 +178,8 @@ async function locateBackup(
       backupPath: path,
       backupSize: size,
       sha256: checked?.sha256 ?? metadata?.sha256,
+      // Only as recorded: the seeds compare it with what the backup wrote.
+      crc32: metadata?.crc32,
       backupRevision: metadata?.revision,
     };
   } finally {
@@ -192,6 +202,7 @@ function seedSource(restore: EtcdRestore, status: EtcdRestoreStatus): RestoreSou
     s3ForcePathStyle: restore.spec.s3?.forcePathStyle,
     ossEndpoint: restore.spec.oss?.endpoint,
     sha256: status.sha256,
+    crc32: status.crc32,
     // The size is checked only with the SHA-256 it was recorded with (the listing's is not a record).
     size: status.sha256 ? status.backupSize : undefined,
   };

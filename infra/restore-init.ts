@@ -75,7 +75,7 @@ async function fetchFromMember(endpoint: string, env: NodeJS.ProcessEnv): Promis
     : undefined;
   const { openSnapshot, SnapshotDigest } = await import("../shared/etcd-snapshot.ts");
   const snapshot = await openSnapshot(endpoint, { timeoutMs: 10_000, tls });
-  const digest = new SnapshotDigest({ wholeHash: false });
+  const digest = new SnapshotDigest({ wholeHash: false, crc32: false });
   try {
     await pipeline(snapshot.stream, digest, createWriteStream(SNAPSHOT_FILE));
   } finally {
@@ -113,23 +113,36 @@ async function fetchBackup(env: NodeJS.ProcessEnv): Promise<void> {
   const where = `${store.kind.toLowerCase()}://${store.bucket}/${key}`;
   try {
     console.log(`fetching ${where}`);
-    // The fetch proves the bytes, so `etcdutl snapshot restore` is told to skip its own pass: with
-    // the SHA-256 the backup recorded (passed by the operator), comparing that one hash; without
-    // it, etcd's trailer. The old members keep serving until every seed got this far and further.
-    const expected = env.EXPECT_SHA256 || undefined;
+    // The fetch proves the bytes, so `etcdutl snapshot restore` is told to skip its own pass. With
+    // the CRC-32 the backup recorded (passed by the operator), it compares that (zlib's native
+    // CRC-32 costs a seed a third of a SHA-256 pass; the backup checked etcd's trailer over the
+    // same bytes when it took them); with only a SHA-256 recorded (older backups), that; with
+    // neither, etcd's trailer. The old members keep serving until every seed got this far.
+    const expectedCrc = env.EXPECT_CRC32 || undefined;
+    const expectedSha = expectedCrc ? undefined : env.EXPECT_SHA256 || undefined;
     const expectedSize = env.EXPECT_SIZE ? Number(env.EXPECT_SIZE) : undefined;
-    const digest = new SnapshotDigest(expected ? { trailer: false } : { wholeHash: false });
+    const digest = new SnapshotDigest(
+      expectedCrc
+        ? { wholeHash: false, trailer: false }
+        : expectedSha
+          ? { trailer: false, crc32: false }
+          : { wholeHash: false, crc32: false },
+    );
     const started = Date.now();
     await pipeline(await store.download(key), digest, createWriteStream(SNAPSHOT_FILE));
     const result = digest.result();
     const seconds = (Date.now() - started) / 1000;
-    console.log(
-      `fetched ${result.size} bytes in ${seconds.toFixed(1)} s${result.sha256 ? `, sha256 ${result.sha256}` : ""}`,
-    );
+    const proof = result.crc32 ? `, crc32 ${result.crc32}` : result.sha256 ? `, sha256 ${result.sha256}` : "";
+    console.log(`fetched ${result.size} bytes in ${seconds.toFixed(1)} s${proof}`);
     // The same words as the operator's own check of a backup (functions/restore.ts).
-    if (expected && expected !== result.sha256) {
+    if (expectedCrc && expectedCrc !== result.crc32) {
       throw new BadBackupError(
-        `backup ${where} is corrupt: its SHA-256 is ${result.sha256}, the backup recorded ${expected}`,
+        `backup ${where} is corrupt: its CRC-32 is ${result.crc32}, the backup recorded ${expectedCrc}`,
+      );
+    }
+    if (expectedSha && expectedSha !== result.sha256) {
+      throw new BadBackupError(
+        `backup ${where} is corrupt: its SHA-256 is ${result.sha256}, the backup recorded ${expectedSha}`,
       );
     }
     if (expectedSize !== undefined && expectedSize !== result.size) {
@@ -137,7 +150,7 @@ async function fetchBackup(env: NodeJS.ProcessEnv): Promise<void> {
         `backup ${where} is truncated: ${result.size} bytes, the backup recorded ${expectedSize}`,
       );
     }
-    if (!expected && result.trailerValid !== true) {
+    if (!expectedCrc && !expectedSha && result.trailerValid !== true) {
       throw new BadBackupError(
         `backup ${where} is corrupt or truncated: etcd's snapshot hash does not match its data`,
       );

@@ -7,6 +7,7 @@
 // store next to it.
 import { createHash, type Hash } from "node:crypto";
 import { Readable, Transform, type TransformCallback } from "node:stream";
+import { crc32 } from "node:zlib";
 import type { ISnapshotResponse } from "etcd3";
 import { createEtcdClient, type EtcdClientOptions } from "./etcd-members.ts";
 
@@ -21,12 +22,23 @@ const TRAILER = 32;
  */
 const SNAPSHOT_WINDOW = 1024 * 1024;
 
-/** Which checks a SnapshotDigest makes; both by default. */
+/** Which checks a SnapshotDigest makes; all by default. */
 export interface DigestChecks {
   /** The SHA-256 of every byte (what a backup records, and a restore compares with). */
   wholeHash?: boolean;
   /** etcd's trailer: the last 32 bytes are the SHA-256 of the rest. */
   trailer?: boolean;
+  /**
+   * The CRC-32 of every byte, recorded beside the SHA-256 for the restore's seeds: zlib's (native)
+   * runs at ~4.7 GB/s here against SHA-256's ~1.7, and each seed downloads the whole backup on
+   * cores it may share with the others.
+   */
+  crc32?: boolean;
+}
+
+/** A CRC-32 as 8 hex digits, as the backup's metadata records it. */
+export function crc32Hex(value: number): string {
+  return value.toString(16).padStart(8, "0");
 }
 
 export class SnapshotDigest extends Transform {
@@ -36,17 +48,23 @@ export class SnapshotDigest extends Transform {
   #database: Hash | undefined;
   #checks: Required<DigestChecks>;
   #tail: Buffer = Buffer.alloc(0);
+  #crc32 = 0;
   bytes = 0;
 
   constructor(checks: DigestChecks = {}) {
     super();
-    this.#checks = { wholeHash: checks.wholeHash !== false, trailer: checks.trailer !== false };
-    // Asked for neither (etcdutl checks the trailer itself), it only counts the bytes.
+    this.#checks = {
+      wholeHash: checks.wholeHash !== false,
+      trailer: checks.trailer !== false,
+      crc32: checks.crc32 !== false,
+    };
+    // Asked for neither SHA-256 check (etcdutl checks the trailer itself), it hashes nothing with it.
     if (this.#checks.wholeHash || this.#checks.trailer) this.#database = createHash("sha256");
   }
 
   override _transform(chunk: Buffer, _encoding: BufferEncoding, done: TransformCallback): void {
     this.bytes += chunk.length;
+    if (this.#checks.crc32) this.#crc32 = crc32(chunk, this.#crc32);
     const database = this.#database;
     if (!database) {
       done(null, chunk);
@@ -68,10 +86,15 @@ export class SnapshotDigest extends Transform {
   }
 
   /**
-   * After the stream ended: the hex SHA-256 of every byte and whether etcd's trailer matches, each
-   * undefined when that check was not asked for.
+   * After the stream ended: the hex SHA-256 and CRC-32 of every byte and whether etcd's trailer
+   * matches, each undefined when that check was not asked for.
    */
-  result(): { sha256: string | undefined; size: number; trailerValid: boolean | undefined } {
+  result(): {
+    sha256: string | undefined;
+    crc32: string | undefined;
+    size: number;
+    trailerValid: boolean | undefined;
+  } {
     const database = this.#database;
     const trailerValid =
       database && this.#checks.trailer
@@ -79,7 +102,8 @@ export class SnapshotDigest extends Transform {
         : undefined;
     const sha256 =
       database && this.#checks.wholeHash ? database.copy().update(this.#tail).digest("hex") : undefined;
-    return { sha256, size: this.bytes, trailerValid };
+    const crc = this.#checks.crc32 ? crc32Hex(this.#crc32) : undefined;
+    return { sha256, crc32: crc, size: this.bytes, trailerValid };
   }
 }
 

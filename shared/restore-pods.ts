@@ -48,8 +48,12 @@ export interface RestoreSource {
   s3Endpoint?: string;
   s3ForcePathStyle?: boolean;
   ossEndpoint?: string;
-  /** Checked by the fetch container when the backup's metadata recorded it (else etcd's trailer). */
+  /**
+   * Checked by the fetch container when the backup's metadata recorded it: the CRC-32 when there
+   * is one (cheaper), else the SHA-256, else etcd's trailer.
+   */
   sha256?: string;
+  crc32?: string;
   /** The size the backup's metadata recorded, checked by the fetch container too. */
   size?: number;
 }
@@ -115,6 +119,7 @@ function fetchContainer(source: RestoreSource | MemberSource, operatorImage: str
         source.s3ForcePathStyle === undefined ? undefined : String(source.s3ForcePathStyle),
       OSS_ENDPOINT: source.ossEndpoint,
       EXPECT_SHA256: source.sha256,
+      EXPECT_CRC32: source.crc32,
       EXPECT_SIZE: source.size === undefined ? undefined : String(source.size),
     }),
     volumeMounts: [dataMount, { name: SECRET_VOLUME, mountPath: SECRET_DIR, readOnly: true }],

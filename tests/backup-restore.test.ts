@@ -6,6 +6,7 @@
 // a clear status and Event and never touches the cluster.
 import { createHash, randomBytes } from "node:crypto";
 import { join } from "node:path";
+import { crc32 } from "node:zlib";
 import { GetObjectCommand, ListObjectsV2Command, PutObjectCommand, type S3Client } from "@aws-sdk/client-s3";
 import t, { type Test } from "tap";
 import { waitFor } from "../infra/local/kube-wait.ts";
@@ -257,6 +258,7 @@ async function roundTrip(
     );
   }
   t.equal(restore.status?.sha256, status.sha256, "the restore checked the backup's checksum");
+  t.match(restore.status?.crc32, /^[0-9a-f]{8}$/, "and passed its recorded CRC-32 to the new members");
   t.ok((restore.status?.restoredRevision ?? 0) >= (status.etcdRevision ?? 0), "restored revision ≥ backup's");
   await waitReady(c, NS, name, size, 120_000);
   const after = await readKeys(name);
@@ -286,11 +288,15 @@ t.test(
     t.same(stored, ["alpha/etcd.backup", "alpha/etcd.backup.meta.json"], "the backup and its metadata file");
     const meta = JSON.parse((await objectBytes("alpha/etcd.backup.meta.json")).toString()) as {
       sha256: string;
+      crc32: string;
     };
-    const digest = createHash("sha256")
-      .update(await objectBytes("alpha/etcd.backup"))
-      .digest("hex");
-    t.equal(meta.sha256, digest, "the stored checksum matches the object");
+    const object = await objectBytes("alpha/etcd.backup");
+    t.equal(
+      meta.sha256,
+      createHash("sha256").update(object).digest("hex"),
+      "the stored SHA-256 matches the object",
+    );
+    t.equal(meta.crc32, crc32(object).toString(16).padStart(8, "0"), "and so does its CRC-32");
   },
 );
 
@@ -416,7 +422,12 @@ t.test("bad input gives a clear status and Event and touches nothing", async (t)
   const put = (key: string, body: Buffer) =>
     s3.send(new PutObjectCommand({ Bucket: S3_BUCKET, Key: key, Body: body }));
   await put("bad/corrupt.db", corrupt);
-  await put("bad/corrupt.db.meta.json", await objectBytes("alpha/etcd.backup.meta.json"));
+  const metadata = await objectBytes("alpha/etcd.backup.meta.json");
+  await put("bad/corrupt.db.meta.json", metadata);
+  // A backup recorded before CRC-32s were: its seeds compare the SHA-256.
+  const { crc32: _recorded, ...older } = JSON.parse(metadata.toString()) as Record<string, unknown>;
+  await put("bad/corrupt-older.db", corrupt);
+  await put("bad/corrupt-older.db.meta.json", Buffer.from(JSON.stringify(older)));
   await put("bad/truncated.db", original.subarray(0, middle));
   const podsBefore = (
     await core.listNamespacedPod({ namespace: NS, labelSelector: "etcd_cluster=alpha" })
@@ -425,7 +436,8 @@ t.test("bad input gives a clear status and Event and touches nothing", async (t)
     .sort();
   const keysBefore = await readKeys("alpha");
   for (const [object, message] of [
-    ["bad/corrupt.db", /corrupt: its SHA-256 is/],
+    ["bad/corrupt.db", /corrupt: its CRC-32 is/],
+    ["bad/corrupt-older.db", /corrupt: its SHA-256 is/],
     ["bad/truncated.db", /corrupt or truncated/],
     ["bad/missing.db", /no backup at/],
   ] as const) {

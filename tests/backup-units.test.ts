@@ -3,6 +3,7 @@
 import { createHash, randomBytes } from "node:crypto";
 import { Readable, Writable } from "node:stream";
 import { pipeline } from "node:stream/promises";
+import { crc32 } from "node:zlib";
 import t from "tap";
 import {
   backupsToPrune,
@@ -124,6 +125,25 @@ t.test("the snapshot digest checks etcd's trailer across any chunking", async (t
       `whole-object hash of ${length} bytes`,
     );
   }
+});
+
+t.test("the snapshot digest's CRC-32 is zlib's over every byte, across any chunking", async (t) => {
+  const snapshot = fakeSnapshot(100_000);
+  const expected = crc32(snapshot).toString(16).padStart(8, "0");
+  for (const chunk of [1, 7, 4096, 1 << 20]) {
+    t.equal((await digestOf(snapshot, chunk)).crc32, expected, `${chunk}-byte chunks`);
+  }
+  t.equal((await digestOf(Buffer.alloc(0))).crc32, "00000000", "empty: 8 digits still");
+  const corrupted = Buffer.from(snapshot);
+  corrupted[5000] = (corrupted[5000] ?? 0) ^ 0x01;
+  t.not((await digestOf(corrupted)).crc32, expected, "one flipped bit changes it");
+  const only = await digestOf(snapshot, 4096, { wholeHash: false, trailer: false });
+  t.same(
+    { crc32: only.crc32, sha256: only.sha256, trailerValid: only.trailerValid },
+    { crc32: expected, sha256: undefined, trailerValid: undefined },
+    "asked for the CRC-32 alone, it hashes nothing else",
+  );
+  t.equal((await digestOf(snapshot, 4096, { crc32: false })).crc32, undefined, "and can be left out");
 });
 
 t.test("a digest asked for one check makes only that one", async (t) => {
@@ -266,6 +286,8 @@ t.test("the restore seed pod restores before etcd starts, with credentials as a 
       secretName: "aws",
       s3Endpoint: "http://10.0.0.1:9000",
       sha256: "ab",
+      crc32: "0badf00d",
+      size: 1234,
     },
     operatorImage: "example/etcd-operator:v1",
     etcdImage: "quay.io/coreos/etcd:v3.6.16",
@@ -288,7 +310,15 @@ t.test("the restore seed pod restores before etcd starts, with credentials as a 
   const restore = pod.spec?.initContainers?.[1]?.command ?? [];
   t.ok(restore.includes("--initial-cluster=c-abc=http://c-abc.c.default.svc:2380"));
   t.ok(restore.includes("--initial-cluster-token=c-restore-uid"));
-  t.ok(restore.includes("--skip-hash-check"), "the fetch compares the verified SHA-256: one hash pass");
+  t.ok(restore.includes("--skip-hash-check"), "the fetch compares the recorded checksum: one pass");
+  const expected = Object.fromEntries(
+    (fetch?.env ?? []).filter((e) => e.name.startsWith("EXPECT_")).map((e) => [e.name, e.value]),
+  );
+  t.same(
+    expected,
+    { EXPECT_SHA256: "ab", EXPECT_CRC32: "0badf00d", EXPECT_SIZE: "1234" },
+    "the fetch is told the backup's recorded checksums and size",
+  );
   t.equal(pod.spec?.containers[0]?.name, "etcd", "the member container is unchanged");
 });
 

@@ -97,6 +97,13 @@ export const EtcdRestoreStatusSchema = Type.Object(
       Type.String({ description: 'The backup object restored, e.g. "s3://bucket/key".' }),
     ),
     backupSize: Type.Optional(Type.Integer({ minimum: 0, description: "Size of the backup in bytes." })),
+    crc32: Type.Optional(
+      Type.String({
+        pattern: "^[0-9a-f]{8}$",
+        description:
+          "CRC-32 of the backup object as its backup recorded it (8 hex digits): what the new members check as they download it.",
+      }),
+    ),
     sha256: Type.Optional(
       Type.String({
         description:
