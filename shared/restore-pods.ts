@@ -22,9 +22,19 @@ export const FETCH_CONTAINER = "fetch-backup";
 /** Where the operator image (Dockerfile, distroless Node) has node; it is not on PATH there. */
 export const OPERATOR_IMAGE_NODE = "/nodejs/bin/node";
 
+/**
+ * V8 flags for the fetch, which streams the whole backup through 64 KiB Buffers. By default V8
+ * holds their memory to its own 64 MiB external-memory limit and runs a mark-compact each time it
+ * is reached: 43–60 of them per 1.2 GiB, half the fetch's user CPU (2.5–2.9 s against 1.3–1.6 with
+ * the flag, which counts that memory in the heap's overall limit instead). The price is a higher
+ * peak: 191–204 MiB of RSS against 163–167, for the seconds the fetch runs.
+ */
+export const FETCH_NODE_FLAGS = ["--external-memory-accounted-in-global-limit"] as const;
+
 /** The command of an init container that runs one step of infra/restore-init.ts from the operator image. */
 function initCommand(step: "fetch" | "install" | "await-start"): string[] {
-  return [OPERATOR_IMAGE_NODE, "/app/infra/restore-init.ts", step];
+  const flags = step === "fetch" ? FETCH_NODE_FLAGS : [];
+  return [OPERATOR_IMAGE_NODE, ...flags, "/app/infra/restore-init.ts", step];
 }
 
 /** A snapshot streamed from a surviving member (quorum-loss recovery), no object store involved. */

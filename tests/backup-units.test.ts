@@ -311,6 +311,16 @@ t.test("the restore seed pod restores before etcd starts, with credentials as a 
   t.ok(restore.includes("--initial-cluster=c-abc=http://c-abc.c.default.svc:2380"));
   t.ok(restore.includes("--initial-cluster-token=c-restore-uid"));
   t.ok(restore.includes("--skip-hash-check"), "the fetch compares the recorded checksum: one pass");
+  t.same(
+    fetch?.command,
+    [
+      "/nodejs/bin/node",
+      "--external-memory-accounted-in-global-limit",
+      "/app/infra/restore-init.ts",
+      "fetch",
+    ],
+    "the fetch runs with V8's external memory counted in its heap limit",
+  );
   const expected = Object.fromEntries(
     (fetch?.env ?? []).filter((e) => e.name.startsWith("EXPECT_")).map((e) => [e.name, e.value]),
   );
