@@ -29,7 +29,7 @@ import {
   OLD_LOG_DRAINED_ANNOTATION,
   RESTORE_ANNOTATION,
 } from "../shared/api/etcd-cluster.ts";
-import type { EtcdRestore, EtcdRestoreStatus } from "../shared/api/etcd-restore.ts";
+import { CRC32_PATTERN, type EtcdRestore, type EtcdRestoreStatus } from "../shared/api/etcd-restore.ts";
 import { validateEtcdClusterSpec } from "../shared/api/validate-etcd-cluster.ts";
 import { createEtcdClient, type EtcdClientOptions } from "../shared/etcd-members.ts";
 import { SnapshotDigest } from "../shared/etcd-snapshot.ts";
@@ -99,6 +99,8 @@ async function readText(store: ObjectStore, key: string): Promise<string | undef
   return Buffer.concat(chunks).toString("utf8");
 }
 
+const RECORDED_CRC32 = new RegExp(CRC32_PATTERN);
+
 function parseMetadata(text: string | undefined): BackupMetadata | undefined {
   if (text === undefined) return undefined;
   try {
@@ -106,7 +108,7 @@ function parseMetadata(text: string | undefined): BackupMetadata | undefined {
     if (parsed.format !== 1 || typeof parsed.sha256 !== "string") return undefined;
     // A CRC-32 not as a backup writes it is left out: the SHA-256 is then what the seeds check.
     const { crc32, ...rest } = parsed as BackupMetadata;
-    return typeof crc32 === "string" && /^[0-9a-f]{8}$/.test(crc32) ? { ...rest, crc32 } : rest;
+    return typeof crc32 === "string" && RECORDED_CRC32.test(crc32) ? { ...rest, crc32 } : rest;
   } catch {
     return undefined;
   }
@@ -118,9 +120,10 @@ async function readAndCheck(
   key: string,
   path: string,
   metadata: BackupMetadata | undefined,
-): Promise<{ size: number; sha256: string | undefined; crc32: string | undefined }> {
-  // One pass gives both checks: the whole-object SHA-256 against the backup's metadata (when
-  // there is some), and etcd's trailer. The seeds compare that SHA-256 rather than hash again.
+): Promise<{ size: number; sha256: string | undefined }> {
+  // One pass gives every check: the whole-object SHA-256 and CRC-32 against the backup's metadata
+  // (when there is some), and etcd's trailer. The seeds then compare a recorded checksum rather
+  // than check the trailer again.
   const digest = new SnapshotDigest();
   const discard = new Writable({ write: (_chunk, _encoding, done) => done() });
   await pipeline(await store.download(key), digest, discard);
@@ -145,7 +148,7 @@ async function readAndCheck(
       `backup ${path} is corrupt or truncated: etcd's snapshot hash does not match its data`,
     );
   }
-  return { size: result.size, sha256: result.sha256, crc32: result.crc32 };
+  return { size: result.size, sha256: result.sha256 };
 }
 
 /**

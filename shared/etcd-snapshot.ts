@@ -37,7 +37,7 @@ export interface DigestChecks {
 }
 
 /** A CRC-32 as 8 hex digits, as the backup's metadata records it. */
-export function crc32Hex(value: number): string {
+function crc32Hex(value: number): string {
   return value.toString(16).padStart(8, "0");
 }
 

@@ -30,6 +30,7 @@ import { clientsFor, waitForPod } from "../infra/local/kube-wait.ts";
 import { CREDENTIALS_FILE, type ObjectStore, startObjectStore } from "../infra/local/object-store.ts";
 import { UPLOAD_SHAPE, unsignedParts } from "../shared/object-store/s3.ts";
 import { uploadStream } from "../shared/object-store/s3-multipart.ts";
+import { watchRequests } from "./helpers/s3-requests.ts";
 
 const execFileAsync = promisify(execFile);
 const MiB = 1024 * 1024;
@@ -176,18 +177,7 @@ t.test("the backup uploader's parts go with UNSIGNED-PAYLOAD, and the store take
   const client = store.client();
   t.teardown(() => client.destroy());
   unsignedParts(client);
-  const sent: { command: string; payloadHash: string | undefined }[] = [];
-  client.middlewareStack.add(
-    (next, context) => async (args) => {
-      const request = args.request as { headers?: Record<string, string> };
-      sent.push({
-        command: context.commandName ?? "",
-        payloadHash: request.headers?.["x-amz-content-sha256"],
-      });
-      return next(args);
-    },
-    { step: "finalizeRequest", priority: "low", name: "spy" },
-  );
+  const sent = watchRequests(client);
   const data = randomBytes(12 * MiB);
   const key = "unsigned/parts.backup";
   const uploaded = await uploadStream(client, { bucket: "backups", key }, chunkedStream(data), UPLOAD_SHAPE);

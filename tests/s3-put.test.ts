@@ -15,6 +15,7 @@ import { startObjectStore } from "../infra/local/object-store.ts";
 import { announcedSize } from "../shared/etcd-snapshot.ts";
 import { createS3Client, openS3Store, type S3StoreOptions } from "../shared/object-store/s3.ts";
 import { MAX_PUT_SIZE, putStream, StreamLengthError } from "../shared/object-store/s3-put.ts";
+import { type SentRequest, watchRequests } from "./helpers/s3-requests.ts";
 
 const MiB = 1024 * 1024;
 await ensureAssets({ only: ["versitygw"], log: (line) => t.comment(line) });
@@ -37,25 +38,11 @@ const storeOptions: S3StoreOptions = {
 const s3 = createS3Client(storeOptions);
 t.teardown(() => s3.destroy());
 
-type Sent = { command: string; payloadHash: string | undefined; length: string | undefined };
 /** A client as the backup builds it, and what each of its requests carried once signed. */
-function watchedClient(t: Test): { client: S3Client; sent: Sent[] } {
+function watchedClient(t: Test): { client: S3Client; sent: SentRequest[] } {
   const client = createS3Client(storeOptions);
   t.teardown(() => client.destroy());
-  const sent: Sent[] = [];
-  client.middlewareStack.add(
-    (next, context) => async (args) => {
-      const request = args.request as { headers?: Record<string, string> };
-      sent.push({
-        command: context.commandName ?? "",
-        payloadHash: request.headers?.["x-amz-content-sha256"],
-        length: request.headers?.["content-length"],
-      });
-      return next(args);
-    },
-    { step: "finalizeRequest", priority: "low", name: "spy" },
-  );
-  return { client, sent };
+  return { client, sent: watchRequests(client) };
 }
 
 const sha256 = (data: Buffer) => createHash("sha256").update(data).digest("hex");

@@ -62,6 +62,9 @@ export const EtcdRestoreSpecSchema = Type.Object(
 );
 export type EtcdRestoreSpec = Static<typeof EtcdRestoreSpecSchema>;
 
+/** A CRC-32 as backups record it: 8 lower-case hex digits. */
+export const CRC32_PATTERN = "^[0-9a-f]{8}$";
+
 export const EtcdRestoreStatusSchema = Type.Object(
   {
     succeeded: Type.Optional(Type.Boolean({ description: "Whether the restore succeeded." })),
@@ -99,7 +102,7 @@ export const EtcdRestoreStatusSchema = Type.Object(
     backupSize: Type.Optional(Type.Integer({ minimum: 0, description: "Size of the backup in bytes." })),
     crc32: Type.Optional(
       Type.String({
-        pattern: "^[0-9a-f]{8}$",
+        pattern: CRC32_PATTERN,
         description:
           "CRC-32 of the backup object as its backup recorded it (8 hex digits): what the new members check as they download it.",
       }),
