@@ -12,8 +12,10 @@ WORKDIR /app
 COPY package.json package-lock.json ./
 RUN npm ci --omit=dev --ignore-scripts --no-audit --no-fund
 
-# The bundle is built with the dev dependencies (esbuild), which stay in this stage.
+# The bundle is built with the dev dependencies (esbuild), which stay in this stage, and so is the
+# malloc_trim addon (infra/native/build.ts), with a C compiler that stays here too.
 FROM node:24-bookworm-slim AS build
+RUN apt-get update && apt-get install -y --no-install-recommends gcc libc6-dev && rm -rf /var/lib/apt/lists/*
 WORKDIR /app
 COPY package.json package-lock.json ./
 RUN npm ci --ignore-scripts --no-audit --no-fund

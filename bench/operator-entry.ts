@@ -14,5 +14,7 @@ export async function operatorBuild(progress: (line: string) => void): Promise<O
   if (process.env.BENCH_FROM_SOURCE === "1") return { entry: SOURCE_ENTRY, build: "source" };
   const bundle = await buildOperatorBundle();
   progress(`operator bundled: ${bundle.entry} (${(bundle.bytes / 1024 / 1024).toFixed(1)} MiB)`);
+  if ("reason" in bundle.mallocTrim)
+    progress(`the bundle runs without malloc_trim: ${bundle.mallocTrim.reason}`);
   return { entry: bundle.entry, build: "bundle" };
 }

@@ -11,10 +11,11 @@
 // read files beside their own code at run time (etcd3's .proto files, bull-board's UI, pino's
 // transport workers), which a bundle would break, and none of them is large enough to matter.
 // Tests run the sources; tests/bundle.test.ts runs this bundle end to end.
-import { readFileSync, rmSync } from "node:fs";
+import { copyFileSync, mkdirSync, readFileSync, rmSync } from "node:fs";
 import { join, relative } from "node:path";
 import { parseArgs } from "node:util";
 import { build } from "esbuild";
+import { buildMallocTrimAddon } from "./native/build.ts";
 
 const ROOT = join(import.meta.dirname, "..");
 /** The only package bundled: the one whose generated code is most of a process's memory. */
@@ -24,6 +25,8 @@ export interface BundleResult {
   entry: string;
   bytes: number;
   files: number;
+  /** dist/native/malloc-trim.node, or why the bundle has no malloc_trim (infra/malloc-trim.ts). */
+  mallocTrim: { path: string } | { reason: string };
 }
 
 /** Bundles the operator into `outdir` (default dist/); returns the entry's path and the size. */
@@ -65,7 +68,18 @@ export async function buildOperatorBundle(outdir = join(ROOT, "dist")): Promise<
     entry: join(outdir, "operator.js"),
     bytes: outputs.reduce((sum, [, output]) => sum + output.bytes, 0),
     files: outputs.length,
+    mallocTrim: copyMallocTrimAddon(outdir),
   };
+}
+
+/** The bundle loads the addon from dist/native/ as the sources do from infra/native/. */
+function copyMallocTrimAddon(outdir: string): BundleResult["mallocTrim"] {
+  const addon = buildMallocTrimAddon();
+  if (addon.path === undefined) return { reason: addon.reason };
+  const path = join(outdir, "native", "malloc-trim.node");
+  mkdirSync(join(outdir, "native"), { recursive: true });
+  copyFileSync(addon.path, path);
+  return { path };
 }
 
 if (import.meta.main) {
@@ -75,4 +89,6 @@ if (import.meta.main) {
   process.stderr.write(
     `bundled ${relative(process.cwd(), bundle.entry)}: ${bundle.files} files, ${(bundle.bytes / 1024 / 1024).toFixed(1)} MiB, in ${((Date.now() - started) / 1000).toFixed(1)} s\n`,
   );
+  if ("reason" in bundle.mallocTrim)
+    process.stderr.write(`without malloc_trim: ${bundle.mallocTrim.reason}\n`);
 }

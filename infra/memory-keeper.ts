@@ -19,13 +19,19 @@
 // mark-compact every ~100 ms: 11 CPU-s instead of 4–5 for 1.2 GiB).
 //
 // Needs node's --expose-gc (OPERATOR_NODE_FLAGS); without it the keeper says so once and does
-// nothing, which costs memory, not correctness.
+// not collect, which costs memory, not correctness.
+//
+// It also hands malloc's free pages back to the system (malloc_trim, infra/malloc-trim.ts) once
+// malloc's free chunks grew by trimGrowthBytes since the last trim: what a collection frees behind
+// Buffers goes back to malloc, not to the system. bench/control.ts workers: ~1 ms per trim.
 //
 // Not while GiBs stream through the process (a backup, a restore's check): there V8's own
 // external-memory trigger collects the stream's Buffers every 64 MiB anyway, and a forced
 // collection in the middle of a stream only adds a mark-compact. Streams hold the keeper off with
 // holdCollections(). (A forced collection also let V8 pretenure allocation sites that a stream
 // later used heavily; OPERATOR_NODE_FLAGS turns pretenuring off, see there.)
+
+import type { MallocTrimmer } from "./malloc-trim.ts";
 
 export interface MemoryUse {
   heapUsed: number;
@@ -47,12 +53,20 @@ export interface MemoryKeeperOptions {
   onUnavailable?: () => void;
   /** Told after each collection: the use before and after, and how long it took (ms). */
   onCollected?: (before: MemoryUse, after: MemoryUse, ms: number) => void;
+  /** malloc_trim (infra/malloc-trim.ts); without it the keeper only collects. */
+  trimmer?: MallocTrimmer;
+  /** Growth of malloc's free bytes since the last trim that makes the next look trim; 0: never. */
+  trimGrowthBytes?: number;
+  /** Told after each trim: malloc's free bytes before and after, and how long it took (ms). */
+  onTrimmed?: (freeBefore: number, freeAfter: number, ms: number) => void;
 }
 
 export interface MemoryKeeper {
   stop(): void;
   /** Collections started so far. */
   readonly collections: number;
+  /** malloc_trim calls so far. */
+  readonly trims: number;
 }
 
 /** Streams in progress in this process; the keeper waits while there is any. */
@@ -86,17 +100,34 @@ function currentUse(): MemoryUse {
 const total = (use: MemoryUse) => use.heapUsed + use.arrayBuffers;
 
 export function startMemoryKeeper(options: MemoryKeeperOptions): MemoryKeeper {
+  const off = { stop() {}, collections: 0, trims: 0 };
+  if (options.intervalMs <= 0) return off;
   const collect = options.collect ?? v8MajorCollection();
+  if (!collect) options.onUnavailable?.();
+  const trimGrowthBytes = options.trimGrowthBytes ?? 0;
+  const trim = trimGrowthBytes > 0 ? options.trimmer : undefined;
+  if (!collect && !trim) return off;
   const usage = options.usage ?? currentUse;
   let collections = 0;
-  if (options.intervalMs <= 0 || !collect) {
-    if (options.intervalMs > 0) options.onUnavailable?.();
-    return { stop() {}, collections: 0 };
-  }
+  let trims = 0;
   let baseline = total(usage());
+  let freeLow = trim?.freeBytes() ?? 0;
   let running = false;
-  const timer = setInterval(() => {
-    if (running || holds > 0) return;
+
+  function trimIfGrown(trimmer: MallocTrimmer): void {
+    const free = trimmer.freeBytes();
+    // The low-water mark, as for collections: malloc's free bytes also fall as it reuses them.
+    freeLow = Math.min(freeLow, free);
+    if (free - freeLow < trimGrowthBytes) return;
+    const started = performance.now();
+    trimmer.trim();
+    trims++;
+    // What stays free sits in pages that still hold live chunks; growth is counted from there.
+    freeLow = trimmer.freeBytes();
+    options.onTrimmed?.(free, freeLow, performance.now() - started);
+  }
+
+  function collectIfGrown(major: MajorCollection): void {
     const before = usage();
     const now = total(before);
     // The low-water mark since the last collection: V8 frees a collection's dead ArrayBuffers on a
@@ -107,7 +138,7 @@ export function startMemoryKeeper(options: MemoryKeeperOptions): MemoryKeeper {
     running = true;
     collections++;
     const started = performance.now();
-    collect().then(
+    major().then(
       () => {
         const after = usage();
         baseline = total(after);
@@ -118,6 +149,12 @@ export function startMemoryKeeper(options: MemoryKeeperOptions): MemoryKeeper {
         running = false;
       },
     );
+  }
+
+  const timer = setInterval(() => {
+    if (running || holds > 0) return;
+    if (trim) trimIfGrown(trim);
+    if (collect) collectIfGrown(collect);
   }, options.intervalMs);
   // Never what keeps the process alive.
   timer.unref();
@@ -127,6 +164,9 @@ export function startMemoryKeeper(options: MemoryKeeperOptions): MemoryKeeper {
     },
     get collections() {
       return collections;
+    },
+    get trims() {
+      return trims;
     },
   };
 }

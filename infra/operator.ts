@@ -17,6 +17,7 @@ import { createLogger, type Logger } from "../shared/log.ts";
 import { BACKUP_QUEUE, RECONCILE_QUEUE } from "../shared/queue.ts";
 import { floorRaiser } from "../shared/read-floor.ts";
 import type { RunningHttp } from "./http/server.ts";
+import { loadMallocTrimmer } from "./malloc-trim.ts";
 import { startMemoryKeeper } from "./memory-keeper.ts";
 import type { Watcher } from "./watcher.ts";
 
@@ -190,9 +191,20 @@ async function main(): Promise<void> {
   if (missing.length > 0) {
     log.warn({ missing }, "node runs without the operator's flags; backups will use more memory than needed");
   }
+  const trimmer = loadMallocTrimmer();
+  if ("reason" in trimmer && config.memoryTrimGrowthMiB > 0) {
+    log.warn({ reason: trimmer.reason }, "no malloc_trim: the process keeps the pages malloc freed");
+  }
   const keeper = startMemoryKeeper({
     intervalMs: config.memoryGcIntervalMs,
     growthBytes: config.memoryGcGrowthMiB * 1024 * 1024,
+    ...("trimmer" in trimmer ? { trimmer: trimmer.trimmer } : {}),
+    trimGrowthBytes: config.memoryTrimGrowthMiB * 1024 * 1024,
+    onTrimmed: (freeBefore, freeAfter, ms) =>
+      log.debug(
+        { ms: Number(ms.toFixed(2)), mallocFreeMiB: [mib(freeBefore), mib(freeAfter)] },
+        "memory keeper trimmed",
+      ),
     onUnavailable: () =>
       log.warn("node runs without --expose-gc: the memory keeper is off (the process keeps more garbage)"),
     onCollected: (before, after, ms) =>

@@ -34,10 +34,12 @@ export interface OperatorConfig {
   chaosIntervalMs: number;
   /**
    * The memory keeper (infra/memory-keeper.ts): how often it looks, 0 for never, and how much the
-   * heap and Buffers must have grown since its last major collection for it to start one.
+   * heap and Buffers must have grown since its last major collection for it to start one; and how
+   * much malloc's free chunks must have grown since its last malloc_trim for the next, 0 for never.
    */
   memoryGcIntervalMs: number;
   memoryGcGrowthMiB: number;
+  memoryTrimGrowthMiB: number;
   // --- HTTP server (infra/http): API, admission webhook, health, metrics, dashboard ---
   /** Port of the HTTP server; 0 picks a free one (tests). */
   httpPort: number;
@@ -117,6 +119,7 @@ export function loadConfig(env: Record<string, string | undefined>): OperatorCon
     chaosIntervalMs: int(env, "CHAOS_INTERVAL_MS", 30_000, 1_000, 86_400_000),
     memoryGcIntervalMs: int(env, "MEMORY_GC_INTERVAL_MS", 2_000, 0, 3_600_000),
     memoryGcGrowthMiB: int(env, "MEMORY_GC_GROWTH_MIB", 8, 1, 65_536),
+    memoryTrimGrowthMiB: int(env, "MEMORY_TRIM_GROWTH_MIB", 4, 0, 65_536),
     ...httpConfig(env),
   };
 }

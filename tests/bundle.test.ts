@@ -28,6 +28,12 @@ t.test("the bundle holds the entry and the chunks of the roles it imports on dem
   const entry = readFileSync(bundle.entry, "utf8");
   t.notMatch(entry, /from\s*"@kubernetes\/client-node"/, "client-node is inside the bundle, not imported");
   t.match(entry, /from\s*"bullmq"|import\("bullmq"\)|from\s*"ioredis"/, "other packages stay imports");
+  // Built here by infra/native/build.ts (npm test installs a C compiler), loaded from dist/native/.
+  t.same(
+    bundle.mallocTrim,
+    { path: join(outdir, "native", "malloc-trim.node") },
+    "with the malloc_trim addon",
+  );
 });
 
 const cluster = await startLocalCluster({ name: "e2e-bundle" });
@@ -93,5 +99,6 @@ t.test("the bundled watcher and worker run a 3-member cluster from create to del
       /ReferenceError|is not a constructor|is not a function|Cannot find (module|package)|ERR_MODULE_NOT_FOUND/,
       `the bundled ${p.role} logged no error of a broken bundle`,
     );
+    t.notMatch(log, /no malloc_trim/, `the bundled ${p.role} found the malloc_trim addon beside its chunks`);
   }
 });

@@ -49,12 +49,22 @@ t.test("mistakes are refused with the setting's name, never echoing a token", as
   t.throws(() => loadConfig({ METRICS_REQUIRE_AUTH: "maybe" }), /METRICS_REQUIRE_AUTH must be true or false/);
 });
 
-t.test("the memory keeper looks every 2 s and collects after 8 MiB of growth; 0 turns it off", async (t) => {
-  const defaults = loadConfig({});
-  t.equal(defaults.memoryGcIntervalMs, 2_000);
-  t.equal(defaults.memoryGcGrowthMiB, 8);
-  const set = loadConfig({ MEMORY_GC_INTERVAL_MS: "0", MEMORY_GC_GROWTH_MIB: "32" });
-  t.equal(set.memoryGcIntervalMs, 0);
-  t.equal(set.memoryGcGrowthMiB, 32);
-  t.throws(() => loadConfig({ MEMORY_GC_GROWTH_MIB: "0" }), ConfigError);
-});
+t.test(
+  "the memory keeper looks every 2 s, collects after 8 MiB of growth, trims after 4; 0 turns each off",
+  async (t) => {
+    const defaults = loadConfig({});
+    t.equal(defaults.memoryGcIntervalMs, 2_000);
+    t.equal(defaults.memoryGcGrowthMiB, 8);
+    t.equal(defaults.memoryTrimGrowthMiB, 4);
+    const set = loadConfig({
+      MEMORY_GC_INTERVAL_MS: "0",
+      MEMORY_GC_GROWTH_MIB: "32",
+      MEMORY_TRIM_GROWTH_MIB: "0",
+    });
+    t.equal(set.memoryGcIntervalMs, 0);
+    t.equal(set.memoryGcGrowthMiB, 32);
+    t.equal(set.memoryTrimGrowthMiB, 0);
+    t.throws(() => loadConfig({ MEMORY_GC_GROWTH_MIB: "0" }), ConfigError);
+    t.throws(() => loadConfig({ MEMORY_TRIM_GROWTH_MIB: "-1" }), ConfigError);
+  },
+);

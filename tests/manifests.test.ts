@@ -974,6 +974,16 @@ await t.test(
     const stageName = /\s+AS\s+(\w+)/i.exec(buildStage?.args ?? "")?.[1];
     t.ok(stageName, "a named stage runs node infra/bundle.ts");
     t.ok(
+      instructions.some(
+        (i) =>
+          i.keyword === "RUN" &&
+          /apt-get install .*\bgcc\b.*\blibc6-dev\b/.test(i.args) &&
+          i.line > (buildStage?.line ?? Number.POSITIVE_INFINITY) &&
+          i.line < (bundleRun?.line ?? 0),
+      ),
+      "that stage installs a C compiler first: the bundle carries the malloc_trim addon (infra/native/build.ts)",
+    );
+    t.ok(
       last.some((i) => i.keyword === "COPY" && i.args.trim() === `--from=${stageName} /app/dist ./dist`),
       "the final image copies dist/ from that stage",
     );

@@ -1,11 +1,13 @@
 // The memory keeper: when it starts a major collection (only after the heap and Buffers grew by the
 // threshold, never two at once), what it does without --expose-gc, and, in a real node process
-// started with the operator's flags, that it frees dead Buffers V8 would have kept.
+// started with the operator's flags, that it frees dead Buffers V8 would have kept. Then its
+// malloc_trim: when it trims, and that the real addon gives freed pages back to the system.
 import { execFile } from "node:child_process";
 import { promisify } from "node:util";
 import t from "tap";
 import { holdCollections, type MemoryUse, startMemoryKeeper } from "../infra/memory-keeper.ts";
-import { OPERATOR_NODE_FLAGS } from "../infra/operator.ts";
+import { buildMallocTrimAddon } from "../infra/native/build.ts";
+import { OPERATOR_ENV, OPERATOR_NODE_FLAGS } from "../infra/operator.ts";
 
 const MiB = 1024 * 1024;
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
@@ -154,4 +156,135 @@ t.test("in node with the operator's flags it frees dead Buffers that V8 kept", a
   );
   t.ok(result.collections > 0, "the keeper collected");
   t.ok(result.on < result.off / 2, "less than half the Buffers' memory stays with the keeper on");
+});
+
+/** A malloc whose free bytes the test sets; trim() leaves `keepsFree` of them (pages still in use). */
+function fakeMalloc(free: number, keepsFree = 0) {
+  const malloc = {
+    free,
+    trimCalls: 0,
+    trimmer: {
+      freeBytes: () => malloc.free,
+      trim: () => {
+        malloc.trimCalls++;
+        malloc.free = keepsFree;
+        return true;
+      },
+    },
+  };
+  return malloc;
+}
+
+t.test("trims once malloc's free bytes grew by the threshold since the last trim", async (t) => {
+  const malloc = fakeMalloc(10 * MiB, 6 * MiB);
+  const trimmed: [number, number][] = [];
+  const keeper = startMemoryKeeper({
+    intervalMs: 10,
+    growthBytes: 8 * MiB,
+    usage: () => ({ heapUsed: 40 * MiB, arrayBuffers: 0 }),
+    collect: async () => {},
+    trimmer: malloc.trimmer,
+    trimGrowthBytes: 4 * MiB,
+    onTrimmed: (before, after) => trimmed.push([before, after]),
+  });
+  t.teardown(() => keeper.stop());
+  malloc.free = 13 * MiB; // +3 MiB
+  await sleep(60);
+  t.equal(keeper.trims, 0, "3 MiB more free is not enough");
+  malloc.free = 7 * MiB; // malloc reused some: the low-water mark is now 7
+  await sleep(40);
+  malloc.free = 11 * MiB; // +4 over the low-water mark, -2 from the start
+  await sleep(60);
+  t.equal(keeper.trims, 1, "4 MiB over the lowest free bytes since starts one trim");
+  t.same(trimmed[0], [11 * MiB, 6 * MiB], "told the free bytes before and after");
+  malloc.free = 9 * MiB; // +3 over what the trim left
+  await sleep(60);
+  t.equal(keeper.trims, 1, "growth is counted from what the trim left");
+  const release = holdCollections();
+  malloc.free = 20 * MiB;
+  await sleep(60);
+  t.equal(keeper.trims, 1, "no trim while a stream holds the keeper");
+  release();
+  await sleep(60);
+  t.equal(keeper.trims, 2, "the stream's leftovers are trimmed once it is done");
+  t.equal(keeper.collections, 0, "trims do not count as collections");
+});
+
+t.test("trims without --expose-gc; trim growth 0 is off", async (t) => {
+  t.equal(globalThis.gc, undefined, "tap runs tests without --expose-gc");
+  let told = 0;
+  const malloc = fakeMalloc(0);
+  const trimming = startMemoryKeeper({
+    intervalMs: 10,
+    growthBytes: MiB,
+    trimmer: malloc.trimmer,
+    trimGrowthBytes: MiB,
+    onUnavailable: () => told++,
+  });
+  t.teardown(() => trimming.stop());
+  malloc.free = 2 * MiB;
+  await sleep(60);
+  t.equal(told, 1, "it says collections are unavailable");
+  t.equal(trimming.trims, 1, "and trims all the same");
+  trimming.stop();
+
+  const other = fakeMalloc(0);
+  const off = startMemoryKeeper({
+    intervalMs: 10,
+    growthBytes: MiB,
+    trimmer: other.trimmer,
+    trimGrowthBytes: 0,
+  });
+  t.teardown(() => off.stop());
+  other.free = 64 * MiB;
+  await sleep(60);
+  t.equal(other.trimCalls, 0, "trimGrowthBytes 0 never trims");
+});
+
+t.test("the real malloc_trim hands the pages of freed Buffers back to the system", async (t) => {
+  const addon = buildMallocTrimAddon();
+  if (addon.path === undefined) {
+    t.fail(`the addon did not build: ${addon.reason}`);
+    return;
+  }
+  // 64 MiB of 16 KiB Buffers (malloc'd, below its mmap threshold), every 16th kept: free() cannot
+  // give the holes back from the arena's top, so only malloc_trim can.
+  const script = `
+    const { loadMallocTrimmer } = await import(${JSON.stringify(new URL("../infra/malloc-trim.ts", import.meta.url).href)});
+    const loaded = loadMallocTrimmer(${JSON.stringify(addon.path)});
+    if (!("trimmer" in loaded)) throw new Error(loaded.reason);
+    const { trimmer } = loaded;
+    const rss = () => Number(/VmRSS:\\s+(\\d+)/.exec(require("node:fs").readFileSync("/proc/self/status", "utf8"))[1]) * 1024;
+    let buffers = [];
+    for (let i = 0; i < 4096; i++) buffers.push(Buffer.allocUnsafeSlow(16 * 1024).fill(i));
+    const kept = buffers.filter((_, i) => i % 16 === 15);
+    buffers = [];
+    for (let i = 0; i < 5; i++) { gc(); await new Promise((r) => setTimeout(r, 50)); }
+    const before = { rss: rss(), free: trimmer.freeBytes() };
+    const released = trimmer.trim();
+    const after = { rss: rss(), free: trimmer.freeBytes() };
+    console.log(JSON.stringify({ before, after, released, kept: kept.length }));
+  `;
+  const { stdout } = await promisify(execFile)(
+    process.execPath,
+    [
+      ...OPERATOR_NODE_FLAGS,
+      "--input-type=module",
+      "-e",
+      `import { createRequire } from "node:module"; const require = createRequire(import.meta.url); ${script}`,
+    ],
+    { timeout: 60_000, env: { ...process.env, ...OPERATOR_ENV, NODE_OPTIONS: "" } },
+  );
+  const result = JSON.parse(stdout) as {
+    before: { rss: number; free: number };
+    after: { rss: number; free: number };
+    released: boolean;
+  };
+  const released = result.before.rss - result.after.rss;
+  t.comment(
+    `malloc held ${(result.before.free / MiB).toFixed(1)} MiB free; malloc_trim took RSS from ${(result.before.rss / MiB).toFixed(1)} to ${(result.after.rss / MiB).toFixed(1)} MiB`,
+  );
+  t.ok(result.before.free > 48 * MiB, "the freed Buffers sit in malloc's free chunks");
+  t.equal(result.released, true, "malloc_trim says it gave memory back");
+  t.ok(released > 32 * MiB, `RSS fell by more than 32 MiB (${(released / MiB).toFixed(1)})`);
 });

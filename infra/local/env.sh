@@ -28,6 +28,9 @@ ensure_debian_packages() {
   command -v ip >/dev/null || missing+=(iproute2)
   command -v unshare >/dev/null || missing+=(util-linux)
   command -v nsenter >/dev/null || missing+=(util-linux)
+  # The operator's malloc_trim addon (infra/native/build.ts) is compiled here.
+  command -v cc >/dev/null || missing+=(gcc)
+  [ -f /usr/include/malloc.h ] || missing+=(libc6-dev)
   if [ "${#missing[@]}" -gt 0 ]; then
     step "installing Debian packages: ${missing[*]}"
     if [ "$(id -u)" != 0 ]; then echo "need root to apt-get install ${missing[*]}" >&2; exit 1; fi
