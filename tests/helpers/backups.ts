@@ -80,7 +80,7 @@ export async function waitBackupOutcome(
   c: ClusterClients,
   namespace: string,
   name: string,
-  options: { since?: number; timeoutMs?: number } = {},
+  options: { since?: number; timeoutMs?: number; intervalMs?: number } = {},
 ): Promise<NonNullable<EtcdBackup["status"]>> {
   return waitFor(
     `EtcdBackup ${name} to finish`,
@@ -91,7 +91,7 @@ export async function waitBackupOutcome(
     },
     {
       timeoutMs: options.timeoutMs ?? 90_000,
-      intervalMs: 200,
+      intervalMs: options.intervalMs ?? 200,
       describe: async () => JSON.stringify((await getBackup(c, namespace, name)).status),
     },
   );
