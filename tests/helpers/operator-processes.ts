@@ -45,7 +45,7 @@ export function operatorEnv(
     ...(process.env.OPERATOR_NODE_OPTIONS ? { NODE_OPTIONS: process.env.OPERATOR_NODE_OPTIONS } : {}),
     // glibc's malloc tuning (MALLOC_ARENA_MAX, MALLOC_TRIM_THRESHOLD_, …) and the memory keeper's
     // settings, to try them in a bench.
-    ...passThrough((name) => name.startsWith("MALLOC_") || name.startsWith("MEMORY_GC_")),
+    ...passThrough((name) => name.startsWith("MALLOC_") || name.startsWith("MEMORY_")),
     ...extra,
   };
 }
