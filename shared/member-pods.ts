@@ -231,12 +231,17 @@ export function memberPod(input: MemberPodInput): V1Pod {
       { name: "peer", containerPort: PEER_PORT },
     ],
     env: (policy.etcdEnv ?? []) as V1EnvVar[],
-    // /health answers 200 only when the member has a leader and no alarm.
+    // /health answers 200 only when the member has a leader and no alarm. Every second: the first
+    // probe runs as the container starts, before etcd listens, so a new member (create, heal,
+    // scale, restore) is Ready up to one period after it serves. bench/convergence.ts, period 2 s
+    // → 1 s: create 3.97 → 2.66 s, a follower's heal 3.62 → 2.59 s. One /health a second is cheap.
     readinessProbe: {
       httpGet: { path: "/health", port: CLIENT_PORT },
-      periodSeconds: 2,
-      timeoutSeconds: 2,
-      failureThreshold: 3,
+      periodSeconds: 1,
+      timeoutSeconds: 1,
+      // Not Ready after 6 s of failures, as at 3 × 2 s before: a leader election is no reason to
+      // take a member out of its Service.
+      failureThreshold: 6,
     },
     livenessProbe: {
       tcpSocket: { port: CLIENT_PORT },
