@@ -30,6 +30,7 @@ WORKDIR /app
 ENV NODE_ENV=production
 # OPERATOR_ENV in infra/operator.ts (why: see there); a test keeps them in step.
 ENV MALLOC_ARENA_MAX=2
+ENV MALLOC_MMAP_THRESHOLD_=131072
 COPY --from=deps /app/node_modules ./node_modules
 COPY package.json ./
 COPY shared ./shared

@@ -172,8 +172,12 @@ export const OPERATOR_NODE_FLAGS = [
  * glibc gives each thread that allocates its own malloc arena (V8's 4 platform threads, libuv's 4)
  * and each keeps what it freed: two arenas took 13 MiB off a busy worker's RSS (bench/control.ts,
  * with the memory keeper) for no measurable CPU.
+ * A fixed mmap threshold of 128 KiB (glibc's starting value) keeps larger blocks out of the arenas:
+ * by default glibc raises the threshold each time a mapped block is freed, after which such
+ * blocks are carved from the arenas and leave holes there. bench/control.ts workers: 145–150 MiB
+ * (6 workers) against 145–158 (10), the same CPU per reconcile; a backup's worker CPU unchanged.
  */
-export const OPERATOR_ENV = { MALLOC_ARENA_MAX: "2" } as const;
+export const OPERATOR_ENV = { MALLOC_ARENA_MAX: "2", MALLOC_MMAP_THRESHOLD_: "131072" } as const;
 
 const mib = (bytes: number) => Math.round(bytes / 1024 / 1024);
 
