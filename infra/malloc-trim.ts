@@ -3,7 +3,7 @@
 // of what malloc holds is freed soon after (socket reads, Buffers, V8's compiler zones), and the
 // holes add up: in bench/control.ts a worker's arenas held 16-28 MiB free of 35-45 MiB (mallinfo),
 // and malloc_trim(0), which hands every whole free page back with madvise, took 10-14 MiB off its
-// RSS in ~1 ms. Node does not call it, so a small Node-API addon (infra/native/malloc-trim.c,
+// RSS in ~2 ms. Node does not call it, so a small Node-API addon (infra/native/malloc-trim.c,
 // built by infra/native/build.ts) does, for the memory keeper (infra/memory-keeper.ts).
 import { existsSync } from "node:fs";
 import { createRequire } from "node:module";

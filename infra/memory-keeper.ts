@@ -23,7 +23,8 @@
 //
 // It also hands malloc's free pages back to the system (malloc_trim, infra/malloc-trim.ts) once
 // malloc's free chunks grew by trimGrowthBytes since the last trim: what a collection frees behind
-// Buffers goes back to malloc, not to the system. bench/control.ts workers: ~1 ms per trim.
+// Buffers goes back to malloc, not to the system. bench/control.ts workers: ~2 ms per trim (at
+// most 9.3), 7–9 trims per run.
 //
 // Not while GiBs stream through the process (a backup, a restore's check): there V8's own
 // external-memory trigger collects the stream's Buffers every 64 MiB anyway, and a forced

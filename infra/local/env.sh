@@ -64,6 +64,13 @@ ensure_npm_deps() {
 # the standard install on PATH.
 if ! command -v go >/dev/null && [ -x /usr/local/go/bin/go ]; then export PATH="/usr/local/go/bin:$PATH"; fi
 
+# The operator's malloc_trim addon, for every way the operator runs from here (tests, demo, local
+# cluster); a stat when it is already built.
+ensure_native_addon() {
+  node "$EOP_ROOT/infra/native/build.ts"
+}
+
 ensure_node
 ensure_debian_packages
 ensure_npm_deps
+ensure_native_addon

@@ -18,7 +18,6 @@ case "$cmd" in
     ensure_test_packages
     step "binaries (kube-apiserver, kube-controller-manager, kubectl, etcd 3.5/3.6/3.7, versitygw; cached in $EOP_CACHE)"
     node infra/local/assets.ts >/dev/null
-    node infra/native/build.ts
     step "type-check (tsc --noEmit)"
     npx tsc --noEmit
     step "lint (biome)"
