@@ -9,11 +9,12 @@ import type { EtcdBackup } from "../shared/api/etcd-backup.ts";
 import { resolveClientEndpoints } from "../shared/client-endpoints.ts";
 import { findCondition, setCondition } from "../shared/conditions.ts";
 import { type EtcdClientOptions, endpointStatuses, leaderId } from "../shared/etcd-members.ts";
-import { openSnapshot, SnapshotDigest } from "../shared/etcd-snapshot.ts";
+import { openSnapshot } from "../shared/etcd-snapshot.ts";
 import type { Kube } from "../shared/kube.ts";
 import type { Logger } from "../shared/log.ts";
 import { clientServiceName } from "../shared/member-pods.ts";
 import { type ObjectStore, ObjectStoreError, openStore } from "../shared/object-store/index.ts";
+import { SnapshotDigest } from "../shared/snapshot-digest.ts";
 import { checkSecret, OPERATOR_KEYS } from "../shared/tls-secrets.ts";
 import {
   type BackupMetadata,

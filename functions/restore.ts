@@ -32,7 +32,6 @@ import {
 import { CRC32_PATTERN, type EtcdRestore, type EtcdRestoreStatus } from "../shared/api/etcd-restore.ts";
 import { validateEtcdClusterSpec } from "../shared/api/validate-etcd-cluster.ts";
 import { createEtcdClient, type EtcdClientOptions } from "../shared/etcd-members.ts";
-import { SnapshotDigest } from "../shared/etcd-snapshot.ts";
 import type { Kube } from "../shared/kube.ts";
 import { httpStatusOf } from "../shared/kube-errors.ts";
 import type { Logger } from "../shared/log.ts";
@@ -49,6 +48,7 @@ import {
   unschedulable,
   waitingAtStartGate,
 } from "../shared/restore-seeds.ts";
+import { SnapshotDigest } from "../shared/snapshot-digest.ts";
 import { type BackupMetadata, META_SUFFIX, restoreCandidate } from "./backup-objects.ts";
 
 /** A seed member that does not serve within this time fails the restore. */

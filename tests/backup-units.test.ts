@@ -23,13 +23,13 @@ import {
 } from "../functions/restore-from-backup.ts";
 import type { EtcdBackup } from "../shared/api/etcd-backup.ts";
 import type { EtcdCluster, NormalizedSpec } from "../shared/api/etcd-cluster.ts";
-import { type DigestChecks, SnapshotDigest } from "../shared/etcd-snapshot.ts";
 import type { Kube } from "../shared/kube.ts";
 import { silentLogger } from "../shared/log.ts";
 import { ossCredentialsFromSecret, s3CredentialsFromSecret } from "../shared/object-store/credentials.ts";
 import { MIN_PART_SIZE, uploadStream } from "../shared/object-store/s3-multipart.ts";
 import { ObjectStoreError, splitBucketPath } from "../shared/object-store/types.ts";
 import { restoreSeedPod } from "../shared/restore-pods.ts";
+import { type DigestChecks, SnapshotChecksums, SnapshotDigest } from "../shared/snapshot-digest.ts";
 
 /** Bytes shaped like an etcd snapshot: a body followed by the SHA-256 of that body. */
 function fakeSnapshot(size: number): Buffer {
@@ -144,6 +144,21 @@ t.test("the snapshot digest's CRC-32 is zlib's over every byte, across any chunk
     "asked for the CRC-32 alone, it hashes nothing else",
   );
   t.equal((await digestOf(snapshot, 4096, { crc32: false })).crc32, undefined, "and can be left out");
+});
+
+t.test("the checksums fed chunk by chunk (a restore's fetch) match the pipeline stage's", async (t) => {
+  const snapshot = fakeSnapshot(100_000);
+  for (const chunk of [1, 33, 4096]) {
+    const checks = new SnapshotChecksums();
+    for (let i = 0; i < snapshot.length; i += chunk) checks.update(snapshot.subarray(i, i + chunk));
+    t.same(checks.result(), await digestOf(snapshot, chunk), `${chunk}-byte chunks`);
+    t.ok(checks.result().trailerValid, "etcd's trailer checked");
+  }
+  const corrupted = Buffer.from(snapshot);
+  corrupted[99] = (corrupted[99] ?? 0) ^ 0x01;
+  const checks = new SnapshotChecksums({ wholeHash: false, trailer: false });
+  checks.update(corrupted);
+  t.not(checks.result().crc32, (await digestOf(snapshot)).crc32, "a flipped bit changes the CRC-32");
 });
 
 t.test("a digest asked for one check makes only that one", async (t) => {
