@@ -20,8 +20,6 @@
 //              backup's, wait for the old pods to be gone and lift the mark. (Seeding one member and
 //              adding the others took twice as long: each added member receives the whole database
 //              again from the leader.)
-import { Writable } from "node:stream";
-import { pipeline } from "node:stream/promises";
 import type { V1Pod } from "@kubernetes/client-node";
 import {
   type EtcdCluster,
@@ -48,7 +46,7 @@ import {
   unschedulable,
   waitingAtStartGate,
 } from "../shared/restore-seeds.ts";
-import { SnapshotDigest } from "../shared/snapshot-digest.ts";
+import { SnapshotChecksums } from "../shared/snapshot-digest.ts";
 import { type BackupMetadata, META_SUFFIX, restoreCandidate } from "./backup-objects.ts";
 
 /** A seed member that does not serve within this time fails the restore. */
@@ -124,10 +122,9 @@ async function readAndCheck(
   // One pass gives every check: the whole-object SHA-256 and CRC-32 against the backup's metadata
   // (when there is some), and etcd's trailer. The seeds then compare a recorded checksum rather
   // than check the trailer again.
-  const digest = new SnapshotDigest();
-  const discard = new Writable({ write: (_chunk, _encoding, done) => done() });
-  await pipeline(await store.download(key), digest, discard);
-  const result = digest.result();
+  const checks = new SnapshotChecksums();
+  for await (const chunk of await store.download(key)) checks.update(chunk);
+  const result = checks.result();
   if (metadata && metadata.sha256 !== result.sha256) {
     throw new RestoreFailed(
       `backup ${path} is corrupt: its SHA-256 is ${result.sha256}, the backup recorded ${metadata.sha256}`,
