@@ -220,13 +220,19 @@ t.test("a refused put ends the body's producer instead of leaving it waiting", a
 });
 
 t.test("the size a member announces in its first snapshot message", async (t) => {
-  const header = { cluster_id: "1", member_id: "1", revision: "1", raft_term: "1" };
-  const blob = Buffer.alloc(32 * 1024);
   t.equal(
-    announcedSize({ header, remaining_bytes: "1000", blob }),
+    announcedSize({ blobBytes: 32 * 1024, remainingBytes: 1000 }),
     32 * 1024 + 1000 + 32,
     "blob + rest + trailer",
   );
-  t.equal(announcedSize({ header, remaining_bytes: "0", blob }), 32 * 1024 + 32, "a database in one message");
-  t.equal(announcedSize({ header, remaining_bytes: "not a number", blob }), undefined);
+  t.equal(
+    announcedSize({ blobBytes: 32 * 1024, remainingBytes: 0 }),
+    32 * 1024 + 32,
+    "a database in one message",
+  );
+  t.equal(
+    announcedSize({ blobBytes: 0, remainingBytes: 2 ** 64 - 1 }),
+    undefined,
+    "no safe integer: unknown",
+  );
 });
