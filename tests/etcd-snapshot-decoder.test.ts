@@ -6,11 +6,9 @@ import { createRequire } from "node:module";
 import { dirname, join } from "node:path";
 import { Readable } from "node:stream";
 import { buffer } from "node:stream/consumers";
-import { pipeline } from "node:stream/promises";
 import protobuf from "protobufjs";
 import t from "tap";
 import {
-  BLOCK_BYTES,
   type SnapshotAnnouncement,
   SnapshotDecodeError,
   SnapshotResponseDecoder,
@@ -67,25 +65,6 @@ t.test("the blobs come out whole and in order, however the body is cut", async (
     t.same(out, Buffer.concat([database, trailer]), `cut every ${pieces} bytes`);
     t.same(announcements, [{ blobBytes: 300, remainingBytes: 700 }], `announced once (${pieces})`);
   }
-});
-
-t.test("the bytes come out in full blocks, the last one shorter", async (t) => {
-  const database = randomBytes(2 * BLOCK_BYTES + 1000);
-  const body = etcdBody(database, 32 * 1024);
-  const decoder = new SnapshotResponseDecoder(() => undefined);
-  const sizes: number[] = [];
-  const chunks: Buffer[] = [];
-  // As node:http2 hands the body over: 16 KiB at most.
-  for (let at = 0; at < body.length; at += 16 * 1024) chunks.push(body.subarray(at, at + 16 * 1024));
-  const out: Buffer[] = [];
-  // 'data' events, not async iteration (which joins what is buffered into one read).
-  decoder.on("data", (block: Buffer) => {
-    sizes.push(block.length);
-    out.push(block);
-  });
-  await pipeline(Readable.from(chunks), decoder);
-  t.same(sizes, [BLOCK_BYTES, BLOCK_BYTES, 1000 + 32]);
-  t.same(Buffer.concat(out).subarray(0, database.length), database);
 });
 
 t.test("fields it does not use are skipped: a header, etcd 3.6's version, unknown ones", async (t) => {
