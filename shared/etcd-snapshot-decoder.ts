@@ -7,10 +7,13 @@
 // ~0.9 for node:http2 alone — on the two cores it shares with etcd and the store. This decoder hands
 // on slices of the frames it is given: no byte of the blob is copied.
 //
-// Tried and dropped: gathering the blob into 64 or 256 KiB blocks. The store's CPU fell by half (it
-// writes what each socket read gives it, and etcd's 16 KiB frames come with ~20-byte tails), but
-// the copies are new Buffers that live until V8's external-memory collection: the worker's RSS grew
-// by 78–108 MiB during a 1 GiB backup against 13–16 MiB with slices (the goal is ≤ 64).
+// Tried and dropped: gathering the blob into 64 or 256 KiB blocks (one copy). Beside etcd and the
+// store on loopback the store's CPU fell by a third to a half (it writes what each socket read
+// gives it, and etcd's 16 KiB frames come with ~20-byte tails), but the copies are new Buffers that
+// live until V8's external-memory collection: the worker's RSS grew by 78–108 MiB during a 1 GiB
+// backup (the goal is ≤ 64). Collecting the young generation every 4 MiB kept it at +14–17 MiB, yet
+// in bench/backup.ts, with etcd in a pod, the backup took 6.3–6.8 s (worker 3.4–4.4 CPU-s) against
+// 5.4–6.3 s (3.2–3.4) with slices, in sets run back to back.
 //
 // The wire format is small and fixed: each gRPC message is a 1-byte compressed flag, a 4-byte
 // big-endian length and a protobuf SnapshotResponse (etcdserverpb, api/etcdserverpb/rpc.proto):
