@@ -107,6 +107,10 @@ export function unsignedParts(client: S3Client): void {
   );
 }
 
+/** How often and how far apart removeBrokenPut looks again (see there). */
+const BROKEN_PUT_CHECKS = 15;
+const BROKEN_PUT_CHECK_MS = 200;
+
 const SILENT = { debug() {}, info() {}, warn() {}, error() {} };
 
 /** The client every S3 store call goes through, configured for streamed backups. */
@@ -155,6 +159,25 @@ export function openS3Store(
       throw explained;
     }
   };
+  /**
+   * Deletes what a store kept of a put that broke off. The store may write it only once it has seen
+   * the connection close, after a first delete (CI saw a truncated object survive one): look again
+   * every moment, deleting what is there, until two looks in a row find nothing or ~3 s have passed.
+   */
+  const removeBrokenPut = async (key: string): Promise<void> => {
+    let emptyLooks = 0;
+    await client.send(new DeleteObjectCommand({ Bucket: bucket, Key: key })).catch(() => undefined);
+    for (let look = 0; look < BROKEN_PUT_CHECKS && emptyLooks < 2; look++) {
+      await new Promise((resolve) => setTimeout(resolve, BROKEN_PUT_CHECK_MS));
+      // A look that fails counts as finding something: the store may still be writing.
+      const found = await head(key).catch(() => true);
+      if (found === undefined) emptyLooks++;
+      else {
+        emptyLooks = 0;
+        await client.send(new DeleteObjectCommand({ Bucket: bucket, Key: key })).catch(() => undefined);
+      }
+    }
+  };
   return {
     kind: "S3",
     bucket,
@@ -166,7 +189,7 @@ export function openS3Store(
         if (size !== undefined && size <= MAX_PUT_SIZE && (await head(key)) === undefined) {
           await putStream(client, { bucket, key }, body, size).catch(async (error: unknown) => {
             // The key held nothing: whatever the store kept of the broken request goes.
-            await client.send(new DeleteObjectCommand({ Bucket: bucket, Key: key })).catch(() => undefined);
+            await removeBrokenPut(key);
             throw error;
           });
         } else await uploadStream(client, { bucket, key }, body, UPLOAD_SHAPE);
