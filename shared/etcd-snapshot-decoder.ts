@@ -58,8 +58,8 @@ type Stage = (typeof Stage)[keyof typeof Stage];
  * A Transform from the response body's chunks (as node:http2 delivers them) to the snapshot's bytes.
  * Calls `announce` once: at the first message's blob length (etcd writes remaining_bytes before the
  * blob, in field order), before any byte is passed on — a consumer may wait for it before it reads —
- * or at the end of a first message without a blob. Fails on a compressed message (none was asked for), a malformed
- * message, and a body that ends inside a message.
+ * or at the end of a first message without a blob. Fails on a compressed message (none was asked
+ * for), a malformed message, and a body that ends inside a message.
  */
 export class SnapshotResponseDecoder extends Transform {
   readonly #announce: (announcement: SnapshotAnnouncement) => void;
@@ -76,7 +76,7 @@ export class SnapshotResponseDecoder extends Transform {
   #shift = 0;
   #field = 0;
   #messages = 0;
-  /** The first message's remaining_bytes (proto3 leaves out a zero) and blob length. */
+  /** The first message's remaining_bytes (proto3 leaves out a zero). */
   #remainingBytes = 0;
   #announced = false;
 
@@ -142,8 +142,6 @@ export class SnapshotResponseDecoder extends Transform {
 
   /** After a field: the next key, or the next message once this one is used up. */
   #nextField(): void {
-    if (this.#messageLeft < 0)
-      throw new SnapshotDecodeError(`a field of message ${this.#messages} runs past the message's end`);
     if (this.#messageLeft === 0) {
       if (this.#messages === 1) this.#announceOnce(0);
       this.#stage = Stage.Prefix;
@@ -176,10 +174,7 @@ export class SnapshotResponseDecoder extends Transform {
         this.#nextField();
         break;
       case Stage.Length:
-        if (value > this.#messageLeft)
-          throw new SnapshotDecodeError(
-            `field ${this.#field} of message ${this.#messages} runs past the message's end`,
-          );
+        if (value > this.#messageLeft) throw this.#pastTheEnd();
         this.#fieldLeft = value;
         if (this.#field === BLOB_FIELD && this.#messages === 1) this.#announceOnce(value);
         this.#stage = this.#field === BLOB_FIELD ? Stage.Blob : Stage.Skip;
@@ -200,10 +195,7 @@ export class SnapshotResponseDecoder extends Transform {
       case 1: // fixed64
       case 5: // fixed32
         this.#fieldLeft = wireType === 1 ? 8 : 4;
-        if (this.#fieldLeft > this.#messageLeft)
-          throw new SnapshotDecodeError(
-            `field ${this.#field} of message ${this.#messages} runs past the message's end`,
-          );
+        if (this.#fieldLeft > this.#messageLeft) throw this.#pastTheEnd();
         this.#stage = Stage.Skip;
         return;
       case 2:
@@ -214,6 +206,12 @@ export class SnapshotResponseDecoder extends Transform {
           `message ${this.#messages} has field ${this.#field} of wire type ${wireType}`,
         );
     }
+  }
+
+  #pastTheEnd(): SnapshotDecodeError {
+    return new SnapshotDecodeError(
+      `field ${this.#field} of message ${this.#messages} runs past the message's end`,
+    );
   }
 
   #announceOnce(blobBytes: number): void {

@@ -63,14 +63,13 @@ export function announcedSize(announcement: SnapshotAnnouncement): number | unde
 }
 
 /** The member's authority as node:http2 dials it: with TLS options, always https. */
-export function snapshotAuthority(endpoint: string, tls: EtcdTLS | undefined): string {
+function snapshotAuthority(endpoint: string, tls: EtcdTLS | undefined): string {
   const url = new URL(endpoint.includes("://") ? endpoint : `http://${endpoint}`);
   return `${tls ? "https" : "http"}://${url.host}`;
 }
 
+/** The TLS options were checked by createEtcdClient, which made the Status call before. */
 function dial(endpoint: string, tls: EtcdTLS | undefined): ClientHttp2Session {
-  if (tls && (tls.cert === undefined) !== (tls.key === undefined))
-    throw new Error("etcd TLS options need both a client cert and key, or neither");
   return connect(snapshotAuthority(endpoint, tls), {
     settings: { initialWindowSize: SNAPSHOT_WINDOW },
     ...(tls ? { ca: tls.ca, cert: tls.cert, key: tls.key, servername: tls.serverName } : {}),

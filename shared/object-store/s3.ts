@@ -2,6 +2,7 @@
 // upload of known size (≤ 5 GiB) is one streamed PutObject (s3-put.ts); any other is multipart with
 // two reused 5 MiB part buffers (s3-multipart.ts). Memory stays flat either way.
 import type { Readable } from "node:stream";
+import { setTimeout as sleep } from "node:timers/promises";
 import {
   DeleteObjectCommand,
   DeleteObjectsCommand,
@@ -165,16 +166,16 @@ export function openS3Store(
    * every moment, deleting what is there, until two looks in a row find nothing or ~3 s have passed.
    */
   const removeBrokenPut = async (key: string): Promise<void> => {
-    let emptyLooks = 0;
-    await client.send(new DeleteObjectCommand({ Bucket: bucket, Key: key })).catch(() => undefined);
-    for (let look = 0; look < BROKEN_PUT_CHECKS && emptyLooks < 2; look++) {
-      await new Promise((resolve) => setTimeout(resolve, BROKEN_PUT_CHECK_MS));
+    const remove = () =>
+      client.send(new DeleteObjectCommand({ Bucket: bucket, Key: key })).catch(() => undefined);
+    await remove();
+    for (let look = 0, emptyLooks = 0; look < BROKEN_PUT_CHECKS && emptyLooks < 2; look++) {
+      await sleep(BROKEN_PUT_CHECK_MS);
       // A look that fails counts as finding something: the store may still be writing.
-      const found = await head(key).catch(() => true);
-      if (found === undefined) emptyLooks++;
+      if ((await head(key).catch(() => true)) === undefined) emptyLooks++;
       else {
         emptyLooks = 0;
-        await client.send(new DeleteObjectCommand({ Bucket: bucket, Key: key })).catch(() => undefined);
+        await remove();
       }
     }
   };
