@@ -6,9 +6,10 @@
 // What it gives up: in a multipart upload a failed part is retried alone; here the SDK never
 // retries a streamed body, so a failure fails the whole put (a backup job then retries from a new
 // snapshot). Larger objects than one PutObject may hold go multipart (s3-multipart.ts).
-import { type Readable, Transform } from "node:stream";
+import type { Readable } from "node:stream";
 import { pipeline } from "node:stream/promises";
 import { PutObjectCommand, type S3Client } from "@aws-sdk/client-s3";
+import { TurnBatchedTransform } from "./turn-batched-transform.ts";
 
 /** S3's limit on one PutObject. */
 export const MAX_PUT_SIZE = 5 * 1024 ** 3;
@@ -33,7 +34,8 @@ export async function putStream(
   const abort = new AbortController();
   let bytes = 0;
   // Counts what passes; a listener on the body itself would set it flowing before the SDK reads it.
-  const counted = new Transform({
+  // Each turn's chunks leave in one writev (turn-batched-transform.ts).
+  const counted = new TurnBatchedTransform({
     transform(chunk: Buffer, _encoding, done) {
       bytes += chunk.length;
       if (bytes > size) done(new StreamLengthError(`the stream ran past the ${size} bytes announced`));
