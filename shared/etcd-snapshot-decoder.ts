@@ -13,7 +13,9 @@
 // live until V8's external-memory collection: the worker's RSS grew by 78–108 MiB during a 1 GiB
 // backup (the goal is ≤ 64). Collecting the young generation every 4 MiB kept it at +14–17 MiB, yet
 // in bench/backup.ts, with etcd in a pod, the backup took 6.3–6.8 s (worker 3.4–4.4 CPU-s) against
-// 5.4–6.3 s (3.2–3.4) with slices, in sets run back to back.
+// 5.4–6.3 s (3.2–3.4) with slices, in sets run back to back. What the blocks were after, fewer and
+// larger writes to the store, the upload now gets without a copy: its request is corked for each
+// event-loop turn and the turn's slices leave in one writev (object-store/turn-batched-transform.ts).
 //
 // The wire format is small and fixed: each gRPC message is a 1-byte compressed flag, a 4-byte
 // big-endian length and a protobuf SnapshotResponse (etcdserverpb, api/etcdserverpb/rpc.proto):
