@@ -6,8 +6,8 @@
 // never sends larger ones), handed on as slices of those frames (etcd-snapshot-decoder.ts). Piped
 // straight into the PutObject request, every slice was its own system call and, on loopback or a
 // LAN, its own TCP segment and its own wake-up of the store. Measured beside a local etcd and the
-// local S3 store, 1.2 GiB: the worker's system time 1.15–1.5 s → 0.76–0.87 s, the store's CPU
-// 2.9–5.4 s → 2.5–3.3 s (README, "Measured (session 18)").
+// local S3 store, 1.2 GiB: the worker's system time 1.15–1.5 s → 0.75–0.87 s, the store's CPU
+// 2.9–5.4 s → 1.8–3.3 s (README, "Measured (session 18)").
 // Memory stays bounded: the corked destination's write() reports back-pressure past its high-water
 // mark, which pauses the pipe until the turn ends and the batch drains.
 import { Transform } from "node:stream";
@@ -30,7 +30,7 @@ function isCorkable(destination: object): destination is Corkable {
 export class TurnBatchedTransform extends Transform {
   #destination: Corkable | undefined;
   #uncork: NodeJS.Immediate | undefined;
-  /** How many batches left corked (a test's and a benchmark's figure). */
+  /** How many batches left corked (what its test counts). */
   batches = 0;
 
   override pipe<T extends NodeJS.WritableStream>(destination: T, options?: { end?: boolean }): T {
