@@ -5,6 +5,7 @@
 // reason, leaves no object behind and ends the body's producer instead of hanging it.
 import { createHash, randomBytes } from "node:crypto";
 import { mkdtemp, rm } from "node:fs/promises";
+import { Agent as HttpAgent } from "node:http";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { PassThrough, Readable } from "node:stream";
@@ -115,6 +116,31 @@ t.test("a stream of announced size is one PutObject with an unsigned payload, by
   t.equal(head.ContentLength, data.length);
   t.equal(await storedHash("put/whole.backup"), sha256(data), "the store has the same bytes");
 });
+
+t.test(
+  "a large put leaves through the store's agent, on a socket with a 1 MiB high-water mark",
+  async (t) => {
+    // Over 2 MiB the SDK asks for `100-continue`; given agent options rather than Agents it sent such
+    // a request through a fresh agent of its own at Node's 64 KiB (s3.ts, STORE_AGENT_OPTIONS).
+    const client = createS3Client(storeOptions);
+    t.teardown(() => client.destroy());
+    const data = randomBytes(8 * MiB);
+    await putStream(client, { bucket: "backups", key: "put/agent.backup" }, chunks(data), data.length);
+    const handler: unknown = client.config.requestHandler;
+    if (!(typeof handler === "object" && handler !== null && "httpHandlerConfigs" in handler))
+      throw new Error("the client's request handler is not the SDK's Node handler");
+    const configs: unknown = (handler.httpHandlerConfigs as () => unknown).call(handler);
+    const agent =
+      typeof configs === "object" && configs !== null && "httpAgent" in configs
+        ? configs.httpAgent
+        : undefined;
+    if (!(agent instanceof HttpAgent)) throw new Error("the handler has no http.Agent");
+    const sockets = Object.values(agent.freeSockets).flat();
+    t.equal(sockets.length, 1, "the put's socket went back to the store's agent (kept alive)");
+    t.equal(sockets[0]?.writableHighWaterMark, MiB, "its writes are batched up to 1 MiB");
+    t.equal(await storedHash("put/agent.backup"), sha256(data), "the store has the same bytes");
+  },
+);
 
 t.test("openS3Store: one PutObject for a new key of known size, else multipart", async (t) => {
   const { client, sent } = watchedClient(t);
