@@ -122,8 +122,7 @@ t.test(
   async (t) => {
     // Over 2 MiB the SDK asks for `100-continue`; given agent options rather than Agents it sent such
     // a request through a fresh agent of its own at Node's 64 KiB (s3.ts, STORE_AGENT_OPTIONS).
-    const client = createS3Client(storeOptions);
-    t.teardown(() => client.destroy());
+    const { client } = watchedClient(t);
     const data = randomBytes(8 * MiB);
     await putStream(client, { bucket: "backups", key: "put/agent.backup" }, chunks(data), data.length);
     const handler: unknown = client.config.requestHandler;

@@ -120,12 +120,12 @@ const SILENT = { debug() {}, info() {}, warn() {}, error() {} };
  * The high-water mark of every socket to the store (Node's default is 64 KiB). An upload's body
  * corks its request for each event-loop turn (turn-batched-transform.ts), and a batch ends where
  * the socket reports back-pressure: at 64 KiB each batch was one writev of ~64 KiB, then a pause
- * until it drained, though etcd delivers up to ~2 MiB per turn. At 1 MiB the turn's chunks leave
- * in fewer, larger writes, and the store reads them in fewer wake-ups. Beside a local etcd and
- * the local S3 store, 1.2 GiB, runs alternated: 3.85–4.26 s, store 1.2–1.3 CPU-s, against
- * 4.30–4.58 s, store 1.8–2.0 CPU-s with these agents at 64 KiB (README, "Measured (session 19)").
- * Memory stays bounded: a socket buffers at most this much of an upload, and a download's socket
- * stops reading at this much unread.
+ * until it drained, though a turn can hand on more (libuv reads a socket up to 32 times per poll;
+ * not measured). At 1 MiB the turn's chunks leave in fewer, larger writes, and the store reads
+ * them in fewer wake-ups. Beside a local etcd and the local S3 store, 1.2 GiB, runs alternated:
+ * 3.85–4.26 s, store 1.2–1.3 CPU-s, against 4.30–4.58 s, store 1.8–2.0 CPU-s with these agents at
+ * 64 KiB (README, "Measured (session 19)"). Memory stays bounded: a socket buffers at most this
+ * much of an upload, and a download's socket stops reading at this much unread.
  */
 const STORE_SOCKET_HIGH_WATER_MARK = 1024 * 1024;
 
