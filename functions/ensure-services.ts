@@ -4,23 +4,39 @@
 import { clientService, peerService, quorumBudget } from "../shared/member-pods.ts";
 import type { StepDeps, StepInput, StepOutcome } from "./step.ts";
 
-export async function ensureServices(input: StepInput, deps: StepDeps): Promise<StepOutcome> {
+/**
+ * Creates whichever of the three the observation found missing, at once (none needs another), and
+ * names what it created. Also the first thing a new cluster's seed step does.
+ */
+export async function createMissingServices(input: StepInput, deps: StepDeps): Promise<string[]> {
+  const { services } = input.observation;
+  const work: { what: string; create: () => Promise<unknown> }[] = [];
+  if (!services.peer)
+    work.push({ what: "peer Service", create: () => deps.kube.createService(peerService(input.cluster)) });
+  if (!services.client)
+    work.push({
+      what: "client Service",
+      create: () => deps.kube.createService(clientService(input.cluster)),
+    });
+  if (services.budget === false)
+    work.push({
+      what: "PodDisruptionBudget",
+      create: () => deps.kube.applyPodDisruptionBudget(quorumBudget(input.cluster, input.spec.size)),
+    });
+  if (work.length === 0) return [];
   await deps.guard();
-  const created: string[] = [];
-  if (!input.observation.services.peer) {
-    await deps.kube.createService(peerService(input.cluster));
-    created.push("peer Service");
-  }
-  if (!input.observation.services.client) {
-    await deps.kube.createService(clientService(input.cluster));
-    created.push("client Service");
-  }
-  if (input.observation.services.budget === false) {
-    await deps.kube.applyPodDisruptionBudget(quorumBudget(input.cluster, input.spec.size));
-    created.push("PodDisruptionBudget");
-  }
+  await Promise.all(work.map((w) => w.create()));
+  return work.map((w) => w.what);
+}
+
+export function servicesCreatedMessage(created: string[]): string {
+  return `created or updated ${created.join(", ")}`;
+}
+
+export async function ensureServices(input: StepInput, deps: StepDeps): Promise<StepOutcome> {
+  const created = await createMissingServices(input, deps);
   return {
     requeueAfterMs: 0,
-    event: { type: "Normal", reason: "ServicesCreated", message: `created or updated ${created.join(", ")}` },
+    event: { type: "Normal", reason: "ServicesCreated", message: servicesCreatedMessage(created) },
   };
 }

@@ -233,10 +233,17 @@ function claimsWithoutPods(o: Observation, members: Set<string>): ClaimView[] {
 }
 
 export function planNextStep(o: Observation): Step {
-  if (!o.services.peer || !o.services.client || o.services.budget === false)
-    return { kind: "ensure-services" };
+  if (!o.services.peer || !o.services.client || o.services.budget === false) {
+    // A cluster about to be seeded gets its Services in the seed step itself (one step, not two).
+    const next = o.recovery ? undefined : planMembers(o);
+    return next?.kind === "seed" ? next : { kind: "ensure-services" };
+  }
   if (o.recovery) return planRecovery(o, o.recovery);
+  return planMembers(o);
+}
 
+/** The next step for the members when no quorum recovery is under way. */
+function planMembers(o: Observation): Step {
   const live = o.pods.filter((p) => !p.terminating);
   const liveByName = new Map(live.map((p) => [p.name, p]));
 

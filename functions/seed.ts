@@ -5,6 +5,7 @@
 // bootstrap cut short by a killed worker is finished with the same names, never a second cluster.
 import { BOOTSTRAP_ANNOTATION, memberPod, newMemberName } from "../shared/member-pods.ts";
 import { createMemberPodWithTls, memberPeerURL, withMemberTls } from "../shared/member-tls.ts";
+import { createMissingServices, servicesCreatedMessage } from "./ensure-services.ts";
 import type { StepDeps, StepInput, StepOutcome } from "./step.ts";
 
 export async function seed(input: StepInput, deps: StepDeps, planned?: string[]): Promise<StepOutcome> {
@@ -15,20 +16,35 @@ export async function seed(input: StepInput, deps: StepDeps, planned?: string[])
     name,
     peerURL: memberPeerURL(input.spec, name, clusterName, namespace),
   }));
-  const existing = new Set(input.observation.pods.map((p) => p.name));
-  for (const name of names) {
-    if (existing.has(name)) continue;
-    await deps.guard();
-    const pod = withMemberTls(
-      memberPod({ cluster: input.cluster, spec: input.spec, name, initialCluster, state: "new" }),
-      input.memberTls,
-    );
-    pod.metadata = {
-      ...pod.metadata,
-      annotations: { ...pod.metadata?.annotations, [BOOTSTRAP_ANNOTATION]: names.join(",") },
-    };
-    await createMemberPodWithTls(deps.kube, input.cluster, input.spec, pod, input.memberTls);
+  // A new cluster's Services come in the same step, before its pods (the peer Service gives the
+  // members the DNS names they bootstrap with): a step of their own cost a queue round trip and a
+  // second look at the cluster before any pod was asked for.
+  const services = await createMissingServices(input, deps);
+  let announced: Promise<void> | undefined;
+  if (services.length > 0) {
+    const message = servicesCreatedMessage(services);
+    deps.log.info({ reason: "ServicesCreated" }, message);
+    announced = deps.kube.event(input.cluster, "Normal", "ServicesCreated", message);
   }
+  const existing = new Set(input.observation.pods.map((p) => p.name));
+  const missing = names.filter((name) => !existing.has(name));
+  await deps.guard();
+  // All at once, as a script would: members started one after another can miss each other's
+  // first election and wait out another election timeout.
+  await Promise.all(
+    missing.map((name) => {
+      const pod = withMemberTls(
+        memberPod({ cluster: input.cluster, spec: input.spec, name, initialCluster, state: "new" }),
+        input.memberTls,
+      );
+      pod.metadata = {
+        ...pod.metadata,
+        annotations: { ...pod.metadata?.annotations, [BOOTSTRAP_ANNOTATION]: names.join(",") },
+      };
+      return createMemberPodWithTls(deps.kube, input.cluster, input.spec, pod, input.memberTls);
+    }),
+  );
+  await announced;
   return {
     requeueAfterMs: 500,
     event: {

@@ -150,7 +150,7 @@ t.test("the seeds' example cluster becomes Available with three voting members",
   const reasons = events.items.map((e) => e.reason);
   t.ok(
     reasons.includes("ServicesCreated") && reasons.includes("SeedMemberCreated"),
-    "an Event for each step",
+    "an Event for the Services and one for the seed",
   );
 });
 

@@ -72,12 +72,40 @@ t.test("majority", async (t) => {
   t.same([1, 2, 3, 4, 5].map(majority), [1, 2, 2, 3, 3]);
 });
 
-t.test("services come first, then the seed", async (t) => {
-  t.same(planNextStep(observation({ size: 3, services: { peer: false, client: true } })), {
-    kind: "ensure-services",
-  });
-  t.same(planNextStep(observation({ size: 3 })), { kind: "seed" });
-});
+t.test(
+  "a new cluster is seeded in one step, Services included; a formed one gets its Services back first",
+  async (t) => {
+    const noPeer = { peer: false, client: true };
+    t.same(planNextStep(observation({ size: 3, services: noPeer })), { kind: "seed" });
+    t.same(planNextStep(observation({ size: 3 })), { kind: "seed" });
+    const planned = ["c-a", "c-b"];
+    t.same(
+      planNextStep(
+        observation({
+          size: 2,
+          services: noPeer,
+          pods: [pod("c-a", { bootstrap: planned, ready: false, createdAtMs: NOW - 1000 })],
+        }),
+      ),
+      { kind: "seed", names: planned },
+      "a bootstrap cut short is finished in the step that brings its Services back",
+    );
+    t.same(planNextStep(observation({ size: 3, services: noPeer, ...three() })), { kind: "ensure-services" });
+    t.same(
+      planNextStep(
+        observation({ size: 3, services: { peer: true, client: true, budget: false }, ...three() }),
+      ),
+      { kind: "ensure-services" },
+    );
+    t.same(
+      planNextStep(
+        observation({ size: 3, services: noPeer, hadMembers: true, pods: [], members: undefined }),
+      ),
+      { kind: "ensure-services" },
+      "a cluster that lost every member is never seeded again, with or without its Services",
+    );
+  },
+);
 
 t.test("a bootstrap cut short is finished with the same member names", async (t) => {
   const planned = ["c-a", "c-b", "c-c"];
