@@ -1,8 +1,12 @@
 // Unit tests of the member pod builder: where each spec.pod field lands, and the choices the
 // operator makes when the user gives none (spread members, emptyDir, the DNS wait).
+import { spawnSync } from "node:child_process";
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
 import t from "tap";
 import type { EtcdCluster, NormalizedSpec } from "../shared/api/etcd-cluster.ts";
-import { memberClaim, memberHost, memberPod } from "../shared/member-pods.ts";
+import { DNS_WAIT_SCRIPT, memberClaim, memberHost, memberPod } from "../shared/member-pods.ts";
 
 const cluster = {
   apiVersion: "etcd.database.coreos.com/v1beta2",
@@ -82,4 +86,63 @@ t.test("with ClusterDomain, TLS certificates must cover the longer member names"
   t.equal(requiredNames("c", "ns", ".cluster.local").member.name, "c-member.c.ns.svc.cluster.local");
   t.match(requiredNames("c", "ns", ".cluster.local").member.why, /\*\.c\.ns\.svc\.cluster\.local/);
   t.equal(requiredNames("c", "ns").member.name, "c-member.c.ns.svc");
+});
+
+/**
+ * Runs the DNS wait with the host's shell (as the local kubelet does for busybox images), with
+ * stand-ins for nslookup (misses `misses` times, then answers) and sleep (records, never sleeps).
+ */
+function runDnsWait(
+  misses: number,
+  options: { timeoutSeconds?: number; sleepTakesFractions?: boolean } = {},
+) {
+  const dir = mkdtempSync(join(tmpdir(), "dns-wait-"));
+  const log = join(dir, "log");
+  writeFileSync(
+    join(dir, "nslookup"),
+    `#!/bin/sh\necho "lookup $1" >> "${log}"\nn=$(grep -c lookup "${log}")\n[ "$n" -gt ${misses} ]\n`,
+    { mode: 0o755 },
+  );
+  const fractions = options.sleepTakesFractions ?? true;
+  writeFileSync(
+    join(dir, "sleep"),
+    `#!/bin/sh\necho "sleep $1" >> "${log}"\n${fractions ? "" : 'case "$1" in *.*) exit 1;; esac\n'}`,
+    { mode: 0o755 },
+  );
+  const result = spawnSync("/bin/sh", ["-c", DNS_WAIT_SCRIPT], {
+    env: {
+      PATH: `${dir}:/usr/bin:/bin`,
+      MEMBER_HOST: "m.c.ns.svc",
+      TIMEOUT_SECONDS: String(options.timeoutSeconds ?? 0),
+    },
+    encoding: "utf8",
+    timeout: 30_000,
+  });
+  const lines = readFileSync(log, "utf8").trim().split("\n");
+  rmSync(dir, { recursive: true, force: true });
+  return { status: result.status, stderr: result.stderr, lines };
+}
+
+t.test("the DNS wait looks again every 100 ms at first, then every second", async (t) => {
+  const run = runDnsWait(33);
+  t.equal(run.status, 0, run.stderr);
+  t.equal(run.lines.filter((l) => l === "lookup m.c.ns.svc").length, 34, "33 misses, then the name");
+  const sleeps = run.lines.filter((l) => l.startsWith("sleep "));
+  t.same(sleeps, [...Array(30).fill("sleep 0.1"), ...Array(3).fill("sleep 1")]);
+});
+
+t.test("where sleep takes no fractions, the DNS wait sleeps whole seconds", async (t) => {
+  const run = runDnsWait(2, { sleepTakesFractions: false });
+  t.equal(run.status, 0, run.stderr);
+  t.same(
+    run.lines.filter((l) => l.startsWith("sleep ")),
+    ["sleep 0.1", "sleep 1", "sleep 0.1", "sleep 1"],
+  );
+});
+
+t.test("the DNS wait gives up after DNSTimeoutInSecond, and says so", async (t) => {
+  // The stand-in sleep returns at once, so the wait spins on `date` until the deadline passes.
+  const run = runDnsWait(1_000_000, { timeoutSeconds: 1 });
+  t.equal(run.status, 1);
+  t.match(run.stderr, /timed out waiting for DNS name m\.c\.ns\.svc/);
 });
