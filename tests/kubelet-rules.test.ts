@@ -6,6 +6,7 @@ import { nextBackoff } from "../infra/local/kubelet/container-state.ts";
 import { containerArgv, expandVars } from "../infra/local/kubelet/env.ts";
 import { clusterRecords, hostsFileFor } from "../infra/local/kubelet/hosts.ts";
 import { etcdMinorOfTag, ImagePullError, parseImage, resolveImage } from "../infra/local/kubelet/images.ts";
+import { nextProbeAt } from "../infra/local/kubelet/probes.ts";
 
 const builds = [
   { version: "3.5.35", minor: "3.5", binDir: "/cache/etcd-v3.5.35" },
@@ -125,4 +126,12 @@ t.test("restart back-off doubles from 10 s and stops at 5 min", async (t) => {
   const steps = [0];
   for (let i = 0; i < 8; i++) steps.push(nextBackoff(steps[steps.length - 1] ?? 0));
   t.same(steps, [0, 10_000, 20_000, 40_000, 80_000, 160_000, 300_000, 300_000, 300_000]);
+});
+
+t.test("probes keep to their period's grid, as the kubelet's probe ticker does", async (t) => {
+  t.equal(nextProbeAt(1_000, 1_000, 1_000), 2_000, "on time: one period later");
+  t.equal(nextProbeAt(1_000, 1_400, 1_000), 2_000, "run late: the next one is not pushed back");
+  t.equal(nextProbeAt(1_000, 3_500, 10_000), 11_000);
+  t.equal(nextProbeAt(1_000, 3_500, 1_000), 4_000, "ticks missed meanwhile are dropped, not run in a burst");
+  t.equal(nextProbeAt(1_000, 3_000, 1_000), 4_000, "a run exactly on a later tick counts as that tick");
 });

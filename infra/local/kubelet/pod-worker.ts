@@ -23,7 +23,7 @@ import {
 import { containerArgv, containerEnv, DEFAULT_PATH, MissingReferenceError } from "./env.ts";
 import { CLUSTER_DOMAIN } from "./hosts.ts";
 import { type EtcdBinaries, ImagePullError, type ResolvedImage, resolveImage } from "./images.ts";
-import { runProbe } from "./probes.ts";
+import { nextProbeAt, runProbe } from "./probes.ts";
 import {
   createPodNetwork,
   deletePodNetwork,
@@ -120,6 +120,8 @@ export class PodWorker {
   private done = false;
   private lastEvent = new Map<string, number>();
   private sandboxError: string | undefined;
+  /** Wakes the sync loop when the next probe is due (see scheduleNextProbe). */
+  private probeTimer: NodeJS.Timeout | undefined;
 
   constructor(pod: V1Pod, deps: PodWorkerDeps) {
     this.pod = pod;
@@ -200,6 +202,7 @@ export class PodWorker {
     const initialized = await this.runInitContainers();
     if (initialized) await this.runAppContainers();
     await this.runProbes();
+    this.scheduleNextProbe();
     const status = this.computeStatus();
     if (status.phase === "Succeeded" || status.phase === "Failed") {
       this.terminal = true;
@@ -536,7 +539,7 @@ export class PodWorker {
     const ip = this.sandbox?.ip;
     if (pid === undefined || !ip) return undefined;
     const p = state.probes[which];
-    p.nextAt = Date.now() + (probe.periodSeconds ?? 10) * 1000;
+    p.nextAt = nextProbeAt(p.nextAt, Date.now(), (probe.periodSeconds ?? 10) * 1000);
     const result = await runProbe(probe, spec, ip, (command, timeoutMs) =>
       execInContainer(pid, command, timeoutMs),
     );
@@ -550,6 +553,26 @@ export class PodWorker {
     const label = which[0]?.toUpperCase() + which.slice(1);
     this.event("Warning", "Unhealthy", `${label} probe failed: ${result.message}`, 10_000);
     return p.failures >= (probe.failureThreshold ?? 3) ? false : undefined;
+  }
+
+  /**
+   * The kubelet probes each container on its own ticker, every periodSeconds. Without this the
+   * probes ran only on the node's 500 ms sync tick, up to half a second after they were due: a
+   * member serving a moment after one probe waited up to 1.5 s to be Ready, not 1 s.
+   */
+  private scheduleNextProbe(): void {
+    clearTimeout(this.probeTimer);
+    this.probeTimer = undefined;
+    if (this.stopped || this.terminating) return;
+    let next = Number.POSITIVE_INFINITY;
+    for (const spec of this.pod.spec?.containers ?? []) {
+      const state = this.state(spec.name, false);
+      if (state.pid === undefined) continue;
+      for (const p of Object.values(state.probes)) if (p.nextAt > 0) next = Math.min(next, p.nextAt);
+    }
+    if (!Number.isFinite(next)) return;
+    this.probeTimer = setTimeout(() => this.kick(), Math.max(0, next - Date.now()));
+    this.probeTimer.unref();
   }
 
   private async runProbes(): Promise<void> {
@@ -614,6 +637,7 @@ export class PodWorker {
    */
   async stop(graceMs = 0): Promise<void> {
     this.stopped = true;
+    clearTimeout(this.probeTimer);
     while (this.running) await this.running;
     await this.teardown(graceMs);
   }

@@ -96,3 +96,12 @@ export async function runProbe(
     return { ok: false, message: error instanceof Error ? error.message : String(error) };
   }
 }
+
+/**
+ * When a probe that was due at `dueAt` and ran at `now` runs next: on a grid of periods from the
+ * first probe, as the kubelet's probe ticker ticks. A late probe (the sync loop was busy) does not
+ * push the ones after it back, and ticks missed meanwhile are dropped, not run in a burst.
+ */
+export function nextProbeAt(dueAt: number, now: number, periodMs: number): number {
+  return dueAt + Math.max(1, Math.floor((now - dueAt) / periodMs) + 1) * periodMs;
+}
