@@ -456,7 +456,10 @@ function planUpgrade(o: Observation, voters: MemberInfo[]): Step | undefined {
   const path = upgradePath(lowest, o.spec.version);
   if (!path.ok) return { kind: "version-refused", message: path.message };
   const phase = path.steps[0];
-  if (!phase) return clusterVersionPending(o);
+  // A lost member is replaced first: its replacement runs spec.version like every member, so the
+  // version's raise does not concern it, and a new cluster's version is only decided a few seconds
+  // after it forms (a member lost then waited those seconds for nothing).
+  if (!phase) return voters.length < o.spec.size ? undefined : clusterVersionPending(o);
   const blocked = IN_PLACE_BLOCKED.find((b) => minorOf(lowest) === b.from && minorOf(phase) === b.to);
   if (blocked) return { kind: "version-refused", message: blocked.message };
   // The member upgraded last must run its new version before the next one goes.

@@ -311,6 +311,16 @@ t.test(
       "every member on 3.7: not done until etcd raised its cluster version",
     );
     t.same(planNextStep(o(all37, all37, "3.7.0")), { kind: "steady" }, "then steady");
+    const lostC = o(all37, all37, "3.6.0");
+    t.same(
+      planNextStep({
+        ...lostC,
+        pods: lostC.pods.filter((p) => p.name !== "c"),
+        members: members.filter((m) => m.name !== "c"),
+      }),
+      { kind: "add-member" },
+      "a lost member is replaced without waiting for the cluster version",
+    );
     t.same(
       planNextStep(o(all37, all37, "")),
       { kind: "steady" },
