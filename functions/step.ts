@@ -90,8 +90,8 @@ export function isReconfigurationRefused(error: unknown): boolean {
  * How soon a refused membership change is tried again. Right after a dead member is removed, etcd
  * refuses to add its replacement for a while ("unhealthy cluster": the member asked wants to have
  * been connected to every voter for some seconds). In bench/convergence.ts traces that lasted
- * 0.1–1.4 s, in about half the heals; asked again after a second, a heal waited up to a second
- * longer than it had to. A refusal is a cheap local check in etcd, so asking a few times a
+ * 0.1–1.4 s for the operator in about half its heals (up to 2.3 s for the by-hand reference);
+ * asked again after a second, a heal waited up to a second longer than it had to. A refusal is a cheap local check in etcd, so asking a few times a
  * second costs nothing.
  */
 export const REFUSED_RETRY_MS = 200;
