@@ -29,8 +29,7 @@ export async function seed(input: StepInput, deps: StepDeps, planned?: string[])
   const existing = new Set(input.observation.pods.map((p) => p.name));
   const missing = names.filter((name) => !existing.has(name));
   await deps.guard();
-  // All at once, as a script would: members started one after another can miss each other's
-  // first election and wait out another election timeout.
+  // All at once, as a script would: no member's start waits on another member's API calls.
   await Promise.all(
     missing.map((name) => {
       const pod = withMemberTls(
