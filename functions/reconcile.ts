@@ -18,6 +18,7 @@ import { type Condition, setCondition } from "../shared/conditions.ts";
 import { fetchClusterVersion } from "../shared/etcd-http.ts";
 import { type EndpointStatus, endpointStatuses, listMembers } from "../shared/etcd-members.ts";
 import { memberSelector } from "../shared/kube.ts";
+import { apiErrorMessage } from "../shared/kube-errors.ts";
 import {
   BOOTSTRAP_ANNOTATION,
   CLIENT_PORT,
@@ -528,7 +529,7 @@ export async function reconcile(input: ReconcileInput, deps: StepDeps): Promise<
       { ...stepDeps, log },
     );
   } catch (error) {
-    const message = error instanceof Error ? error.message : String(error);
+    const message = apiErrorMessage(error);
     await deps.kube.event(cluster, "Warning", "StepFailed", `${step.kind} failed: ${message}`);
     await deps.kube.patchClusterStatus(
       cluster,
@@ -542,7 +543,9 @@ export async function reconcile(input: ReconcileInput, deps: StepDeps): Promise<
           message: `${step.kind} failed (retrying): ${message}`,
           observedGeneration: generation,
         },
-        {},
+        // A cluster whose first step fails (its pods refused, say) still shows a phase in
+        // `kubectl get etcd`, beside the condition that says why.
+        { phase: cluster.status?.phase || "Creating" },
       ),
     );
     throw new Error(`step ${step.kind} failed for ${input.namespace}/${input.name}`, { cause: error });

@@ -39,3 +39,28 @@ export async function ignoreGoneOrConflict<T>(work: Promise<T>): Promise<T | und
     return undefined;
   }
 }
+
+/**
+ * What a failed call says, for a condition or an Event: the API server's own Status message
+ * ("pods \"x\" is forbidden: no PriorityClass with name y was found") when the error (or one it
+ * wraps) carries one, rather than the client's dump of code, body and response headers.
+ */
+export function apiErrorMessage(error: unknown): string {
+  for (let e: unknown = error; typeof e === "object" && e !== null; e = (e as { cause?: unknown }).cause) {
+    const body = "body" in e ? e.body : undefined;
+    const status = typeof body === "string" ? parseStatus(body) : body;
+    if (typeof status === "object" && status !== null && "message" in status) {
+      const message = status.message;
+      if (typeof message === "string" && message !== "") return message;
+    }
+  }
+  return error instanceof Error ? error.message : String(error);
+}
+
+function parseStatus(body: string): unknown {
+  try {
+    return JSON.parse(body);
+  } catch {
+    return undefined;
+  }
+}

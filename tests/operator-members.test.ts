@@ -158,6 +158,48 @@ t.test("every pod policy field reaches the pods, and the extra flags reach etcd"
   );
 });
 
+t.test(
+  "pods the API server refuses: the cluster shows Creating and says why, then starts once fixed",
+  async (t) => {
+    await createCluster(c, NS, "noclass", {
+      size: 1,
+      version: V36,
+      pod: { priorityClassName: "no-such-class" },
+    });
+    const stuck = await waitFor(
+      "the refused seed reported",
+      async () => {
+        const found = await c.kube.getCluster(NS, "noclass");
+        const progressing = found?.status?.conditions?.find((x) => x.type === "Progressing");
+        return progressing?.reason === "StepFailed" ? found : undefined;
+      },
+      { timeoutMs: 60_000 },
+    );
+    t.equal(stuck.status?.phase, "Creating", "a phase for `kubectl get etcd`");
+    t.match(
+      stuck.status?.conditions?.find((x) => x.type === "Progressing")?.message,
+      /^seed failed \(retrying\): pods "noclass-[a-z0-9]+" is forbidden: no PriorityClass with name no-such-class was found$/,
+    );
+    const events = await eventsOf(c, NS, "EtcdCluster", "noclass");
+    t.ok(
+      events.some(
+        (e) => e.reason === "StepFailed" && e.type === "Warning" && /no-such-class/.test(e.message ?? ""),
+      ),
+      "a StepFailed Warning Event names the cause",
+    );
+    t.ok(
+      events.some((e) => e.reason === "ServicesCreated"),
+      "the Services were made before the pods were refused",
+    );
+    t.equal((await podsOf("noclass")).length, 0, "no pod exists");
+    await kc.makeApiClient(SchedulingV1Api).createPriorityClass({
+      body: { metadata: { name: "no-such-class" }, value: 1_000, description: "made after the fact" },
+    });
+    await waitReady(c, NS, "noclass", 1, 120_000);
+    t.pass("the seed goes through once the PriorityClass exists");
+  },
+);
+
 t.test("an etcd flag the operator owns is refused clearly; a running cluster is left alone", async (t) => {
   const refused = await refusal(
     custom.createNamespacedCustomObject({
