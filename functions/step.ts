@@ -91,8 +91,8 @@ export function isReconfigurationRefused(error: unknown): boolean {
  * refuses to add its replacement for a while ("unhealthy cluster": the member asked wants to have
  * been connected to every voter for some seconds). In bench/convergence.ts traces that lasted
  * 0.1–1.4 s for the operator in about half its heals (up to 2.3 s for the by-hand reference);
- * asked again after a second, a heal waited up to a second longer than it had to. A refusal is a cheap local check in etcd, so asking a few times a
- * second costs nothing.
+ * asked again after a second, a heal waited up to a second longer than it had to. A refusal is a
+ * cheap local check in etcd, so asking a few times a second costs nothing.
  */
 export const REFUSED_RETRY_MS = 200;
 
