@@ -1,6 +1,7 @@
 // Step: create the headless peer Service (members' DNS names), the client Service, and the
 // PodDisruptionBudget that keeps voluntary evictions from breaking quorum (minAvailable = a
-// majority of spec.size). Creating what exists is a no-op, so replaying is harmless.
+// majority of spec.size). Creating what exists is a no-op, so replaying is harmless; a peer
+// Service taken over from coreos is made to publish members that are not Ready.
 import { clientService, peerService, quorumBudget } from "../shared/member-pods.ts";
 import type { StepDeps, StepInput, StepOutcome } from "./step.ts";
 
@@ -12,7 +13,7 @@ export async function createMissingServices(input: StepInput, deps: StepDeps): P
   const { services } = input.observation;
   const work: { what: string; create: () => Promise<unknown> }[] = [];
   if (!services.peer)
-    work.push({ what: "peer Service", create: () => deps.kube.createService(peerService(input.cluster)) });
+    work.push({ what: "peer Service", create: () => deps.kube.applyPeerService(peerService(input.cluster)) });
   if (!services.client)
     work.push({
       what: "client Service",

@@ -18,12 +18,14 @@
 //  6. A pod that is no member → delete it (a removed member, or a pod of an undone add); then the
 //     claim of a member that is no more → delete it.
 //  7. A learner whose pod is Ready → promote it; etcd refuses while it lags, so we retry.
-//  8. A voter whose pod stays not Ready past a grace period (crash loop, lost data dir) is
-//     removed, to be replaced, when quorum allows; while any voter is unhealthy, do not scale.
+//  8. A voter whose pod stays not Ready past a grace period (crash loop, lost data dir), or whose
+//     pod ended for good (phase Failed or Succeeded: it never runs again), is replaced when quorum
+//     allows; while any voter is unhealthy, do not scale.
 //  9. Members run an older version than spec.version → upgrade one member at a time along the
 //     path etcd allows (one minor per phase), followers first; the leader last, after moving
-//     leadership to an upgraded member. Each member is replaced only once every voter is healthy
-//     and runs what its pod says. Downgrades are refused.
+//     leadership to an upgraded member. Each member is taken down only once every voter the spec
+//     asks for is present and healthy and runs what its pod says: a lost member is replaced
+//     first. Downgrades are refused.
 // 10. TLS certificates changed (spec.TLS Secrets): members still on the old ones are replaced one
 //     at a time, add-then-remove (see planRotation), followers first, the leader last.
 // 11. Fewer voters than spec.size → add one; more → remove one follower (never the leader).
@@ -46,6 +48,7 @@ export interface PodView {
   version?: string;
   /** How long the pod has not been Ready (0 while it is). */
   notReadyForMs?: number;
+  /** The pod's phase; Failed and Succeeded are final (see podEnded). */
   phase: string;
   ready: boolean;
   terminating: boolean;
@@ -67,7 +70,10 @@ export interface Observation {
   cluster: EtcdCluster;
   spec: NormalizedSpec;
   pods: PodView[];
-  /** Which of the cluster's Services exist, and whether its PodDisruptionBudget keeps the right quorum. */
+  /**
+   * Which of the cluster's Services exist (the peer Service only counts when it publishes members
+   * that are not Ready), and whether its PodDisruptionBudget keeps the right quorum.
+   */
   services: { peer: boolean; client: boolean; budget?: boolean };
   /** undefined when no member endpoint answered. */
   members?: MemberInfo[];
@@ -147,6 +153,14 @@ export function memberPodName(member: MemberInfo): string | undefined {
   if (member.name) return member.name;
   const first = member.peerURLs[0];
   return first ? memberNameFromPeerURL(first) : undefined;
+}
+
+/**
+ * A pod in phase Failed or Succeeded will never run again (its containers stopped under
+ * restartPolicy Never or OnFailure, as coreos made member pods): its member is replaced at once.
+ */
+export function podEnded(pod: PodView): boolean {
+  return pod.phase === "Failed" || pod.phase === "Succeeded";
 }
 
 function isHealthy(observation: Observation, podName: string): boolean {
@@ -327,23 +341,39 @@ function planMembers(o: Observation): Step {
     }
   }
 
-  // 7. Learners: promote once ready.
+  // 7. Learners: promote once ready; one whose pod ended is removed (a learner holds no vote).
   for (const learner of members.filter((m) => m.isLearner)) {
     const pod = memberPodName(learner);
-    if (pod && liveByName.get(pod)?.ready && isHealthy(o, pod)) {
+    const view = liveByName.get(pod ?? "");
+    if (pod && view?.ready && isHealthy(o, pod)) {
       return { kind: "promote-member", name: pod, memberId: learner.id };
+    }
+    if (view && podEnded(view)) {
+      return { kind: "remove-member", name: view.name, memberId: learner.id, reason: "dead" };
     }
     return wait("MemberStarting", `waiting for new member ${pod ?? learner.id} to start and catch up`, 500);
   }
 
-  // 8. A voter unhealthy for too long is replaced, if quorum allows; otherwise never scale while
-  // a voter is unhealthy.
+  // 8. A voter unhealthy for too long, or whose pod ended, is replaced if quorum allows; otherwise
+  // never scale while a voter is unhealthy.
   if (healthyVoters.length < voters.length) {
     const grace = o.unhealthyGraceMs ?? DEFAULT_UNHEALTHY_GRACE_MS;
-    const stuck = voters.find((m) => {
+    const stuckPod = (m: MemberInfo) => {
       const pod = liveByName.get(memberPodName(m) ?? "");
-      return pod && !isHealthy(o, pod.name) && (pod.notReadyForMs ?? 0) > grace;
-    });
+      return pod && !isHealthy(o, pod.name) && (podEnded(pod) || (pod.notReadyForMs ?? 0) > grace)
+        ? pod
+        : undefined;
+    };
+    const stuck = voters.find((m) => stuckPod(m));
+    const ended = stuck ? stuckPod(stuck) : undefined;
+    if (ended && podEnded(ended) && o.claims?.some((c) => c.member === ended.name && !c.terminating)) {
+      // On a volume, the member comes back as itself: its pod goes, and rule 5 starts it again.
+      return {
+        kind: "delete-pod",
+        name: ended.name,
+        reason: `its pod is ${ended.phase} and will not run again; the member restarts on its volume`,
+      };
+    }
     if (stuck && healthyVoters.length >= majority(voters.length - 1)) {
       return {
         kind: "remove-member",
@@ -553,6 +583,10 @@ function changeNextMember(
   behind: MemberInfo[],
   phase: string,
 ): Step | undefined {
+  // A rolling change takes a member down on purpose: only at full strength. With a voter lost
+  // (and removed), one member restarting would leave exactly a majority, or less; the scale rule
+  // replaces the lost member first.
+  if (voters.length < o.spec.size) return undefined;
   const byName = new Map(o.pods.map((p) => [p.name, p]));
   const podOf = (m: MemberInfo) => byName.get(memberPodName(m) ?? "");
   const leader = leaderId(o);

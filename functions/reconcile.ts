@@ -110,7 +110,7 @@ export async function observe(
   const name = cluster.metadata?.name ?? "";
   const [pods, peer, client, minAvailable, claims] = await Promise.all([
     deps.kube.listMemberPods(namespace, name),
-    deps.kube.serviceExists(namespace, name),
+    deps.kube.peerServiceUsable(namespace, name),
     deps.kube.serviceExists(namespace, clientServiceName(name)),
     deps.kube.budgetMinAvailable(namespace, name),
     // Listed before the member list is read: a claim is made after its member is added to etcd,
@@ -254,6 +254,8 @@ const PROGRESS_REASON: Record<Step["kind"], string> = {
   steady: "Stable",
 };
 
+const OWN_CONDITIONS = new Set(["Available", "Progressing", "Degraded"]);
+
 function stepMessage(step: Step, outcome: StepOutcome): string {
   if (step.kind === "wait" || step.kind === "quorum-lost") return step.message;
   return outcome.event?.message ?? PROGRESS_REASON[step.kind];
@@ -287,7 +289,9 @@ export function clusterStatus(
     o.recovery !== undefined || step.kind === "recover-from-member" || step.kind === "abort-recovery";
   const degraded = failed || recovering || step.kind === "quorum-lost" || step.kind === "version-refused";
 
-  let conditions = previous.conditions;
+  // Conditions of other writers (coreos's Scaling, Recovering, Upgrading) would stay as they were
+  // left for ever, telling of work long over: the three this operator keeps are the status.
+  let conditions = previous.conditions?.filter((c) => OWN_CONDITIONS.has(c.type));
   conditions = setCondition(
     conditions,
     {

@@ -15,6 +15,7 @@ import {
   type V1PodDisruptionBudget,
   type V1Service,
 } from "@kubernetes/client-node";
+import { generate as generateMergePatch } from "json-merge-patch";
 import { BACKUP_PLURAL, type EtcdBackup, type EtcdBackupStatus } from "./api/etcd-backup.ts";
 import {
   type EtcdCluster,
@@ -111,6 +112,38 @@ export class Kube {
     return (await this.json.get(path)) !== undefined;
   }
 
+  /**
+   * Whether the headless peer Service exists and publishes members that are not Ready: a member
+   * must resolve its peers' names, and they its, before it is Ready. coreos's Services relied on
+   * an annotation Kubernetes no longer reads, so one taken over from it is fixed (applyPeerService).
+   */
+  async peerServiceUsable(namespace: string, name: string): Promise<boolean> {
+    const service = this.json
+      ? ((await this.json.get(
+          `/api/v1/namespaces/${encodeURIComponent(namespace)}/services/${encodeURIComponent(name)}`,
+        )) as V1Service | undefined)
+      : await this.getService(namespace, name);
+    return service?.spec?.publishNotReadyAddresses === true;
+  }
+
+  /** Creates the peer Service, or makes an existing one publish not-ready members. */
+  async applyPeerService(service: V1Service): Promise<void> {
+    const namespace = service.metadata?.namespace ?? "default";
+    try {
+      await this.core.createNamespacedService({ namespace, body: service });
+    } catch (error) {
+      if (httpStatusOf(error) !== 409) throw error;
+      await this.core.patchNamespacedService(
+        {
+          namespace,
+          name: service.metadata?.name ?? "",
+          body: { spec: { publishNotReadyAddresses: service.spec?.publishNotReadyAddresses } },
+        },
+        MERGE_PATCH,
+      );
+    }
+  }
+
   /** The budget's spec.minAvailable, undefined without a budget (read on every reconcile, like serviceExists). */
   async budgetMinAvailable(namespace: string, name: string): Promise<number | string | undefined> {
     if (!this.json) return (await this.getPodDisruptionBudget(namespace, name))?.spec?.minAvailable;
@@ -172,8 +205,17 @@ export class Kube {
     return (await this.listCustom(namespace, PLURAL)) as EtcdCluster[];
   }
 
+  /**
+   * Sends the change from the status read to `status` as a merge patch: a key the new status no
+   * longer has (a removed member's memberVersions entry, a field coreos wrote) goes as null, since
+   * a merge patch leaves out-of-patch keys as they are and they would stay for ever.
+   */
   async patchClusterStatus(cluster: EtcdCluster, status: EtcdClusterStatus): Promise<void> {
-    const written = await this.patchCustomStatus(PLURAL, cluster, status);
+    // Through JSON first: a field left undefined is one to remove, not one to keep.
+    const next: EtcdClusterStatus = JSON.parse(JSON.stringify(status));
+    const patch = generateMergePatch(cluster.status ?? {}, next);
+    if (patch === undefined) return;
+    const written = await this.patchCustomStatus(PLURAL, cluster, patch);
     await this.clusterVersionSeen(
       written,
       cluster.metadata?.namespace ?? "default",

@@ -32,6 +32,14 @@ export const DATA_DIR = "/var/etcd/data";
 export const VERSION_ANNOTATION = "etcd.version";
 /** On each pod of a bootstrap: every member name of that bootstrap, comma-separated. */
 export const BOOTSTRAP_ANNOTATION = "etcd.database.coreos.com/bootstrap-members";
+/** On each member pod, as coreos labelled them: the member (pod) name. */
+export const NODE_LABEL = "etcd_node";
+/**
+ * coreos's annotation on its Services; Kubernetes has long ignored it for publishNotReadyAddresses,
+ * which the peer Service sets. Kept on the peer Service only: where it was honoured, on the client
+ * Service it sent clients to members that were not Ready.
+ */
+export const TOLERATE_UNREADY_ANNOTATION = "service.alpha.kubernetes.io/tolerate-unready-endpoints";
 /** On a member's PersistentVolumeClaim: the member (pod) name it holds the data of. */
 export const MEMBER_LABEL = "etcd_member";
 
@@ -265,7 +273,8 @@ export function memberPod(input: MemberPodInput): V1Pod {
     metadata: {
       name,
       namespace,
-      labels: { ...(policy.labels ?? {}), ...memberLabels(clusterName) },
+      // coreos's three labels: `etcd_node` names the member, for users' selectors and dashboards.
+      labels: { ...(policy.labels ?? {}), ...memberLabels(clusterName), [NODE_LABEL]: name },
       annotations: { ...(policy.annotations ?? {}), [VERSION_ANNOTATION]: spec.version },
       ownerReferences: [ownerReference(cluster)],
     },
@@ -305,7 +314,10 @@ export function peerService(cluster: EtcdCluster): V1Service {
   return {
     apiVersion: "v1",
     kind: "Service",
-    metadata: ownedMetadata(cluster, clusterName),
+    metadata: {
+      ...ownedMetadata(cluster, clusterName),
+      annotations: { [TOLERATE_UNREADY_ANNOTATION]: "true" },
+    },
     spec: {
       clusterIP: "None",
       publishNotReadyAddresses: true,

@@ -234,6 +234,46 @@ t.test("deleting a pod stops its processes and removes the object", async (t) =>
   t.notOk(existsSync(`/run/netns/${netns}`), "the network namespace is gone");
 });
 
+t.test(
+  "a container whose image is changed restarts with it, even under restartPolicy Never (as a kubelet does)",
+  async (t) => {
+    await core.createNamespacedPod({
+      namespace: NS,
+      body: {
+        metadata: { name: "never-restarts", namespace: NS },
+        spec: {
+          restartPolicy: "Never",
+          terminationGracePeriodSeconds: 2,
+          containers: [{ name: "main", image: "busybox:1.28.0-glibc", command: ["sleep", "3600"] }],
+        },
+      },
+    });
+    const before = await waitForPod(
+      core,
+      NS,
+      "never-restarts",
+      "Running",
+      (p) => p.status?.phase === "Running",
+    );
+    const firstId = before.status?.containerStatuses?.[0]?.containerID;
+    kubectl("set", "image", "pod/never-restarts", "main=busybox:1.36.1");
+    const after = await waitForPod(core, NS, "never-restarts", "running the new image", (p) => {
+      const s = p.status?.containerStatuses?.[0];
+      return s?.image === "busybox:1.36.1" && s.state?.running !== undefined;
+    });
+    const status = after.status?.containerStatuses?.[0];
+    t.equal(after.status?.phase, "Running", "the pod stays Running, not Failed");
+    t.equal(status?.restartCount, 1, "the container was restarted once");
+    t.not(status?.containerID, firstId, "a new container runs");
+    const events = await eventsFor(core, NS, "never-restarts");
+    t.ok(
+      events.some((e) => e.reason === "Killing" && /definition changed/.test(e.message ?? "")),
+      "Killing event for the changed definition",
+    );
+    await core.deleteNamespacedPod({ name: "never-restarts", namespace: NS, gracePeriodSeconds: 0 });
+  },
+);
+
 t.test("deleting an owner makes the garbage collector delete its dependents", async (t) => {
   const owner = await core.createNamespacedConfigMap({
     namespace: NS,

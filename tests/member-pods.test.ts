@@ -6,7 +6,14 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import t from "tap";
 import type { EtcdCluster, NormalizedSpec } from "../shared/api/etcd-cluster.ts";
-import { DNS_WAIT_SCRIPT, memberClaim, memberHost, memberPod } from "../shared/member-pods.ts";
+import {
+  clientService,
+  DNS_WAIT_SCRIPT,
+  memberClaim,
+  memberHost,
+  memberPod,
+  peerService,
+} from "../shared/member-pods.ts";
 
 const cluster = {
   apiVersion: "etcd.database.coreos.com/v1beta2",
@@ -37,6 +44,28 @@ t.test("the user's affinity is used as given; antiAffinity and the default sprea
   );
   t.ok(podFor({}).spec?.affinity?.podAntiAffinity?.preferredDuringSchedulingIgnoredDuringExecution);
   t.notOk(podFor({}).spec?.affinity?.podAntiAffinity?.requiredDuringSchedulingIgnoredDuringExecution);
+});
+
+t.test("pods and Services carry the labels and annotations coreos put on them", async (t) => {
+  const pod = podFor({ labels: { team: "db" }, annotations: { note: "x" } });
+  t.same(
+    pod.metadata?.labels,
+    { team: "db", app: "etcd", etcd_cluster: "c", etcd_node: "c-abc" },
+    "app, etcd_cluster and etcd_node (the member's name), beside the user's",
+  );
+  t.same(pod.metadata?.annotations, { note: "x", "etcd.version": "3.6.16" });
+  const peer = peerService(cluster);
+  t.same(peer.metadata?.labels, { app: "etcd", etcd_cluster: "c" });
+  t.same(peer.metadata?.annotations, { "service.alpha.kubernetes.io/tolerate-unready-endpoints": "true" });
+  t.equal(
+    peer.spec?.publishNotReadyAddresses,
+    true,
+    "what the annotation once asked for, as Kubernetes reads it now",
+  );
+  t.same(peer.spec?.selector, { app: "etcd", etcd_cluster: "c" }, "selectors never name one member");
+  const client = clientService(cluster);
+  t.same(client.metadata?.labels, { app: "etcd", etcd_cluster: "c" });
+  t.notOk(client.metadata?.annotations, "no tolerate-unready annotation: clients reach Ready members only");
 });
 
 t.test("data: an emptyDir, or the member's own claim owned by the cluster", async (t) => {

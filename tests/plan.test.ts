@@ -380,6 +380,114 @@ t.test("a voter unhealthy past the grace period is replaced, only when quorum al
   );
 });
 
+t.test(
+  "a rolling change waits for full strength: a member lost mid-upgrade is replaced before the next goes",
+  async (t) => {
+    const names = ["a", "b", "c", "d", "e"];
+    // Mid 3.5 → 3.6 on 5 members: a upgraded, d lost and removed; the rest healthy on 3.5.
+    const versions: Record<string, string> = {
+      a: "3.6.16",
+      b: "3.5.35",
+      c: "3.5.35",
+      d: "3.5.35",
+      e: "3.5.35",
+    };
+    const o = (present: string[]) =>
+      observation({
+        size: 5,
+        pods: present.map((n) => pod(n, { version: versions[n] })),
+        members: present.map((n) => member(n, String(names.indexOf(n) + 1))),
+        health: new Map(
+          present.map((n) => [n, { endpoint: n, ok: true, leaderId: "1", version: versions[n] }]),
+        ),
+        spec: { ...spec(5), version: "3.6.16" },
+        clusterVersion: "3.5.0",
+      });
+    t.same(
+      planNextStep(o(["a", "b", "c", "e"])),
+      { kind: "add-member", version: "3.5.35" },
+      "4 of 5 voters: the lost member is replaced (at the version the cluster runs), nobody upgraded",
+    );
+    t.match(
+      planNextStep(o(names)),
+      { kind: "upgrade-member", to: "3.6.16" },
+      "at full strength the upgrade goes on",
+    );
+    // The same for a downgrade etcd was told of: no member replaced below full strength.
+    const downgrade = observation({
+      ...o(["a", "b", "c", "e"]),
+      size: 5,
+      spec: { ...spec(5), version: "3.5.35" },
+      allowDowngrade: true,
+      clusterVersion: "3.5.0",
+    });
+    t.same(planNextStep(downgrade), { kind: "add-member" }, "a downgrade also replaces the lost member first");
+  },
+);
+
+t.test(
+  "a member whose pod ended (Failed or Succeeded) is replaced at once, when quorum allows",
+  async (t) => {
+    const { members } = three();
+    const health = new Map([ok("a"), ok("b"), down("c")]);
+    const failed = [pod("a"), pod("b"), pod("c", { phase: "Failed", ready: false, notReadyForMs: 1_000 })];
+    t.same(
+      planNextStep(observation({ size: 3, pods: failed, members, health })),
+      { kind: "remove-member", name: "c", memberId: "3", reason: "dead" },
+      "no unhealthy grace for a pod that will never run again",
+    );
+    const succeeded = [
+      pod("a"),
+      pod("b"),
+      pod("c", { phase: "Succeeded", ready: false, notReadyForMs: 1_000 }),
+    ];
+    t.equal(planNextStep(observation({ size: 3, pods: succeeded, members, health })).kind, "remove-member");
+    t.equal(
+      planNextStep(
+        observation({
+          size: 3,
+          pods: [pod("a"), pod("b"), pod("c", { ready: false, notReadyForMs: 1_000 })],
+          members,
+          health,
+        }),
+      ).kind,
+      "wait",
+      "a Running pod that is not Ready yet still gets its grace",
+    );
+    const claims = ["a", "b", "c"].map((m) => ({ name: `${m}-pvc`, member: m, terminating: false }));
+    t.match(
+      planNextStep(observation({ size: 3, pods: failed, members, health, claims })),
+      { kind: "delete-pod", name: "c" },
+      "on a volume its pod goes, so that it comes back as itself",
+    );
+    const twoFailed = [
+      pod("a"),
+      pod("b", { phase: "Failed", ready: false }),
+      pod("c", { phase: "Failed", ready: false }),
+    ];
+    t.equal(
+      planNextStep(
+        observation({ size: 3, pods: twoFailed, members, health: new Map([ok("a"), down("b"), down("c")]) }),
+      ).kind,
+      "wait",
+      "never when 1 of 3 is healthy: removing a member would not restore quorum",
+    );
+    const learner = [...members, member("d", "4", { isLearner: true })];
+    t.same(
+      planNextStep(
+        observation({
+          size: 4,
+          pods: [pod("a"), pod("b"), pod("c"), pod("d", { phase: "Failed", ready: false })],
+          members: learner,
+          health: new Map([ok("a"), ok("b"), ok("c"), down("d")]),
+        }),
+      ),
+      { kind: "remove-member", name: "d", memberId: "4", reason: "dead" },
+      "a learner whose pod failed is removed, not waited on",
+    );
+  },
+);
+
 t.test("quorum lost for good: rebuilt from the survivor that applied the most", async (t) => {
   const status = (name: string, applied: string): [string, EndpointStatus] => [
     name,

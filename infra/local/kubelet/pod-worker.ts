@@ -299,10 +299,14 @@ export class PodWorker {
       const state = this.state(spec.name, false);
       if (state.pid !== undefined && spec.image !== state.image) {
         // The image of a running container was changed (the only container field a pod update
-        // may change): like the kubelet, kill it and start it again at once with the new image.
+        // may change): like the kubelet, kill it and start it again at once with the new image,
+        // whatever the restart policy (computePodActions restarts a container whose spec changed;
+        // coreos made member pods with restartPolicy Never and upgraded them this way).
         this.event("Normal", "Killing", `Container ${spec.name} definition changed, will be restarted`);
         state.replacing = true;
         await this.stopProcess(state, (this.pod.spec?.terminationGracePeriodSeconds ?? 30) * 1000);
+        if (!this.terminating) await this.maybeStart(spec, state);
+        continue;
       }
       if (state.pid !== undefined) continue;
       if (state.terminated) {
