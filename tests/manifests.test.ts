@@ -893,6 +893,7 @@ await t.test("the namespaced RBAC is enough to run a cluster, and no more than i
     "cannot change an EtcdCluster's spec",
   );
   t.notOk(canI("delete", "services", NAMESPACE), "cannot delete Services");
+  t.ok(canI("patch", "services", NAMESPACE), "patches a peer Service taken over from coreos");
   t.notOk(canI("create", "pods", "default"), "nothing outside its namespace");
   t.notOk(
     canI("patch", "validatingwebhookconfigurations.admissionregistration.k8s.io/some-other"),

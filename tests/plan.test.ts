@@ -421,7 +421,11 @@ t.test(
       allowDowngrade: true,
       clusterVersion: "3.5.0",
     });
-    t.same(planNextStep(downgrade), { kind: "add-member" }, "a downgrade also replaces the lost member first");
+    t.same(
+      planNextStep(downgrade),
+      { kind: "add-member" },
+      "a downgrade also replaces the lost member first",
+    );
   },
 );
 
