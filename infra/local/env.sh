@@ -49,6 +49,19 @@ ensure_test_packages() {
   fi
 }
 
+# Only the image build needs these: buildah builds the Dockerfile, mmdebstrap makes its base images.
+ensure_image_packages() {
+  local missing=()
+  command -v buildah >/dev/null || missing+=(buildah)
+  command -v mmdebstrap >/dev/null || missing+=(mmdebstrap)
+  if [ "${#missing[@]}" -gt 0 ]; then
+    step "installing Debian packages for the image build: ${missing[*]}"
+    if [ "$(id -u)" != 0 ]; then echo "need root to apt-get install ${missing[*]}" >&2; exit 1; fi
+    apt-get update -qq >&2
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >&2
+  fi
+}
+
 ensure_npm_deps() {
   local stamp="$EOP_ROOT/node_modules/.eop-lock-hash"
   local want

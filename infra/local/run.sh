@@ -5,6 +5,7 @@
 #   run.sh demo              the local control plane with an example, until Ctrl-C
 #   run.sh local up|down|status [--name N]
 #   run.sh assets [--check]  build (or check) the pinned kube/etcd/versitygw binaries
+#   run.sh image [--rebuild-bases]  build the operator's image from the Dockerfile (buildah)
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 # shellcheck source=env.sh
@@ -16,6 +17,7 @@ shift || true
 case "$cmd" in
   test)
     ensure_test_packages
+    ensure_image_packages
     step "binaries (kube-apiserver, kube-controller-manager, kubectl, etcd 3.5/3.6/3.7, versitygw; cached in $EOP_CACHE)"
     node infra/local/assets.ts >/dev/null
     step "type-check (tsc --noEmit)"
@@ -47,8 +49,12 @@ case "$cmd" in
   assets)
     exec node infra/local/assets.ts "$@"
     ;;
+  image)
+    ensure_image_packages
+    exec node infra/image/build.ts "$@"
+    ;;
   *)
-    echo "usage: run.sh test|demo|local|assets" >&2
+    echo "usage: run.sh test|demo|local|assets|image" >&2
     exit 2
     ;;
 esac

@@ -1,0 +1,79 @@
+// buildah as the image builds use it: images kept in the project's cache (vfs storage, which needs
+// no overlay support from the kernel), never in the machine's own container storage.
+import { spawn } from "node:child_process";
+import { createWriteStream } from "node:fs";
+import { mkdir } from "node:fs/promises";
+import { join } from "node:path";
+
+export interface Buildah {
+  /** Runs buildah with the project's storage; resolves to its stdout, rejects naming the log to read. */
+  run(args: string[], options?: { quiet?: boolean }): Promise<string>;
+  /** Where every run's output is appended. */
+  logFile: string;
+  /** The folder holding the image storage (and stamps about it). */
+  storageDir: string;
+  /** The argv of a buildah command on the project's storage, for a caller that runs it itself. */
+  argv(args: string[]): string[];
+}
+
+export async function projectBuildah(cacheDir: string): Promise<Buildah> {
+  const root = join(cacheDir, "images");
+  await mkdir(root, { recursive: true });
+  const logFile = join(root, "build.log");
+  const storage = [
+    "--root",
+    join(root, "storage"),
+    "--runroot",
+    join(root, "run"),
+    "--storage-driver",
+    "vfs",
+  ];
+  return {
+    logFile,
+    storageDir: root,
+    argv: (args) => ["buildah", ...storage, ...args],
+    run(args, options = {}) {
+      return new Promise((resolve, reject) => {
+        const log = createWriteStream(logFile, { flags: "a" });
+        log.write(`\n$ buildah ${args.join(" ")}\n`);
+        const child = spawn("buildah", [...storage, ...args], { stdio: ["ignore", "pipe", "pipe"] });
+        let stdout = "";
+        child.stdout.on("data", (chunk: Buffer) => {
+          stdout += chunk.toString();
+          log.write(chunk);
+          if (!options.quiet) process.stderr.write(chunk);
+        });
+        child.stderr.on("data", (chunk: Buffer) => {
+          log.write(chunk);
+          if (!options.quiet) process.stderr.write(chunk);
+        });
+        child.on("error", (error) => {
+          log.end();
+          reject(new Error(`buildah could not start (apt-get install buildah)`, { cause: error }));
+        });
+        child.on("close", (code) => {
+          log.end();
+          if (code === 0) resolve(stdout.trim());
+          else reject(new Error(`buildah ${args[0]} failed (exit ${code}); see ${logFile}`));
+        });
+      });
+    },
+  };
+}
+
+/** Whether an image of that name is in the project's storage. */
+export async function hasImage(buildah: Buildah, name: string): Promise<boolean> {
+  const out = await buildah
+    .run(["images", "--noheading", "--format", "{{.Name}}:{{.Tag}}", name], {
+      quiet: true,
+    })
+    .catch(() => "");
+  return out.split("\n").some((line) => line.trim() !== "");
+}
+
+/** The image's unpacked size as buildah reports it ("154 MB"). */
+export async function imageSize(buildah: Buildah, name: string): Promise<string> {
+  const out = await buildah.run(["images", "--json", name], { quiet: true });
+  const [image] = JSON.parse(out) as { size?: string }[];
+  return image?.size ?? "unknown";
+}
