@@ -358,29 +358,22 @@ function planMembers(o: Observation): Step {
   // never scale while a voter is unhealthy.
   if (healthyVoters.length < voters.length) {
     const grace = o.unhealthyGraceMs ?? DEFAULT_UNHEALTHY_GRACE_MS;
-    const stuckPod = (m: MemberInfo) => {
-      const pod = liveByName.get(memberPodName(m) ?? "");
-      return pod && !isHealthy(o, pod.name) && (podEnded(pod) || (pod.notReadyForMs ?? 0) > grace)
-        ? pod
-        : undefined;
-    };
-    const stuck = voters.find((m) => stuckPod(m));
-    const ended = stuck ? stuckPod(stuck) : undefined;
-    if (ended && podEnded(ended) && o.claims?.some((c) => c.member === ended.name && !c.terminating)) {
+    const stuck = voters.flatMap((member) => {
+      const pod = liveByName.get(memberPodName(member) ?? "");
+      const given = pod && !isHealthy(o, pod.name) && (podEnded(pod) || (pod.notReadyForMs ?? 0) > grace);
+      return given ? [{ member, pod }] : [];
+    })[0];
+    const claimed = stuck && o.claims?.some((c) => c.member === stuck.pod.name && !c.terminating);
+    if (stuck && podEnded(stuck.pod) && claimed) {
       // On a volume, the member comes back as itself: its pod goes, and rule 5 starts it again.
       return {
         kind: "delete-pod",
-        name: ended.name,
-        reason: `its pod is ${ended.phase} and will not run again; the member restarts on its volume`,
+        name: stuck.pod.name,
+        reason: `its pod is ${stuck.pod.phase} and will not run again; the member restarts on its volume`,
       };
     }
     if (stuck && healthyVoters.length >= majority(voters.length - 1)) {
-      return {
-        kind: "remove-member",
-        name: memberPodName(stuck) ?? stuck.id,
-        memberId: stuck.id,
-        reason: "dead",
-      };
+      return { kind: "remove-member", name: stuck.pod.name, memberId: stuck.member.id, reason: "dead" };
     }
     const sick = voters.map(memberPodName).filter((p) => p && !isHealthy(o, p));
     return wait("MemberUnhealthy", `waiting for member(s) ${sick.join(", ")} to become healthy`, 1000);

@@ -37,6 +37,16 @@ export const JSON_PATCH = setHeaderOptions("Content-Type", PatchStrategy.JsonPat
 export const COMPONENT = "etcd-operator";
 export { httpStatusOf };
 
+/** Creates an object or, when it exists (409), patches the fields the operator keeps set on it. */
+async function createOrPatch(create: () => Promise<unknown>, patch: () => Promise<unknown>): Promise<void> {
+  try {
+    await create();
+  } catch (error) {
+    if (httpStatusOf(error) !== 409) throw error;
+    await patch();
+  }
+}
+
 /** Labels on every pod the operator creates (the coreos operator's labels, so selectors still match). */
 export function memberLabels(clusterName: string): Record<string, string> {
   return { app: "etcd", etcd_cluster: clusterName };
@@ -105,11 +115,16 @@ export class Kube {
       await this.options.onClusterVersion(namespace, name, resourceVersion);
   }
 
-  /** Whether the Service exists (read on every reconcile: the lean path when there is one). */
-  async serviceExists(namespace: string, name: string): Promise<boolean> {
-    if (!this.json) return (await this.getService(namespace, name)) !== undefined;
+  /** A Service as read on every reconcile: the lean path when there is one. */
+  private async readServiceLean(namespace: string, name: string): Promise<V1Service | undefined> {
+    if (!this.json) return this.getService(namespace, name);
     const path = `/api/v1/namespaces/${encodeURIComponent(namespace)}/services/${encodeURIComponent(name)}`;
-    return (await this.json.get(path)) !== undefined;
+    return (await this.json.get(path)) as V1Service | undefined;
+  }
+
+  /** Whether the Service exists. */
+  async serviceExists(namespace: string, name: string): Promise<boolean> {
+    return (await this.readServiceLean(namespace, name)) !== undefined;
   }
 
   /**
@@ -118,30 +133,25 @@ export class Kube {
    * an annotation Kubernetes no longer reads, so one taken over from it is fixed (applyPeerService).
    */
   async peerServiceUsable(namespace: string, name: string): Promise<boolean> {
-    const service = this.json
-      ? ((await this.json.get(
-          `/api/v1/namespaces/${encodeURIComponent(namespace)}/services/${encodeURIComponent(name)}`,
-        )) as V1Service | undefined)
-      : await this.getService(namespace, name);
-    return service?.spec?.publishNotReadyAddresses === true;
+    return (await this.readServiceLean(namespace, name))?.spec?.publishNotReadyAddresses === true;
   }
 
   /** Creates the peer Service, or makes an existing one publish not-ready members. */
   async applyPeerService(service: V1Service): Promise<void> {
     const namespace = service.metadata?.namespace ?? "default";
-    try {
-      await this.core.createNamespacedService({ namespace, body: service });
-    } catch (error) {
-      if (httpStatusOf(error) !== 409) throw error;
-      await this.core.patchNamespacedService(
-        {
-          namespace,
-          name: service.metadata?.name ?? "",
-          body: { spec: { publishNotReadyAddresses: service.spec?.publishNotReadyAddresses } },
-        },
-        MERGE_PATCH,
-      );
-    }
+    const name = service.metadata?.name ?? "";
+    await createOrPatch(
+      () => this.core.createNamespacedService({ namespace, body: service }),
+      () =>
+        this.core.patchNamespacedService(
+          {
+            namespace,
+            name,
+            body: { spec: { publishNotReadyAddresses: service.spec?.publishNotReadyAddresses } },
+          },
+          MERGE_PATCH,
+        ),
+    );
   }
 
   /** The budget's spec.minAvailable, undefined without a budget (read on every reconcile, like serviceExists). */
@@ -161,15 +171,14 @@ export class Kube {
   async applyPodDisruptionBudget(budget: V1PodDisruptionBudget): Promise<void> {
     const namespace = budget.metadata?.namespace ?? "default";
     const name = budget.metadata?.name ?? "";
-    try {
-      await this.policy.createNamespacedPodDisruptionBudget({ namespace, body: budget });
-    } catch (error) {
-      if (httpStatusOf(error) !== 409) throw error;
-      await this.policy.patchNamespacedPodDisruptionBudget(
-        { namespace, name, body: { spec: { minAvailable: budget.spec?.minAvailable } } },
-        MERGE_PATCH,
-      );
-    }
+    await createOrPatch(
+      () => this.policy.createNamespacedPodDisruptionBudget({ namespace, body: budget }),
+      () =>
+        this.policy.patchNamespacedPodDisruptionBudget(
+          { namespace, name, body: { spec: { minAvailable: budget.spec?.minAvailable } } },
+          MERGE_PATCH,
+        ),
+    );
   }
 
   /** A quorum read: the cluster as etcd has it now. */

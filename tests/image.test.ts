@@ -4,6 +4,8 @@
 // package manager; user 65532; production dependencies only), and the operator it runs takes a
 // 3-member cluster through create, a lost member and a clean SIGTERM against the local control
 // plane. What a bundle or the production node_modules lack, or the base's libraries, fails here.
+// Then the images of what a cluster here runs besides the operator (infra/image/cluster-images.ts):
+// etcd of each minor with nothing but its binaries, serving when run, and busybox with its applets.
 import { type ChildProcess, spawn } from "node:child_process";
 import {
   chmodSync,
@@ -17,11 +19,15 @@ import {
 } from "node:fs";
 import { join } from "node:path";
 import { CustomObjectsApi } from "@kubernetes/client-node";
+import { Etcd3 } from "etcd3";
 import t from "tap";
 import { installCrds } from "../infra/crds.ts";
-import { buildOperatorImage, imageCacheDir } from "../infra/image/build.ts";
+import { buildOperatorImage } from "../infra/image/build.ts";
 import { projectBuildah } from "../infra/image/buildah.ts";
+import { buildClusterImages } from "../infra/image/cluster-images.ts";
+import { cacheRoot, ensureAssets } from "../infra/local/assets.ts";
 import { startLocalCluster } from "../infra/local/control-plane.ts";
+import { freePort } from "../infra/local/daemons.ts";
 import { clientsFor, waitFor } from "../infra/local/kube-wait.ts";
 import { Kube } from "../shared/kube.ts";
 import { createCluster, etcdClient, waitReady } from "./helpers/clusters.ts";
@@ -30,7 +36,7 @@ import { ROOT } from "./helpers/packaging.ts";
 
 const NS = "default";
 const image = await buildOperatorImage({ progress: (line) => t.comment(line) });
-const buildah = await projectBuildah(imageCacheDir());
+const buildah = await projectBuildah(cacheRoot());
 
 interface ImageConfig {
   User?: string;
@@ -77,6 +83,8 @@ t.test("the image is laid out as the Dockerfile says", async (t) => {
     "bin/bash",
     "usr/bin/apt-get",
     "app/node_modules/esbuild",
+    "app/node_modules/typescript",
+    "app/node_modules/@kubernetes/client-node",
     "app/infra/local",
     "app/tests",
   ])
@@ -193,3 +201,88 @@ t.test("the operator in the image runs a cluster: create, a lost member replaced
   const log = readFileSync(join(local.dir, "image-operator.log"), "utf8");
   t.match(log, /shutting down/, "it said so");
 });
+
+t.test(
+  "etcd images hold etcd's binaries and nothing else, and serve when run; busybox has its applets",
+  async (t) => {
+    const { etcd } = await ensureAssets({ only: ["etcd"], log: (line) => t.comment(line) });
+    const images = await buildClusterImages(buildah, etcd, (line) => t.comment(line));
+    t.same(
+      images.map((i) => i.name),
+      [...etcd.map((b) => `quay.io/coreos/etcd:v${b.version}`), "docker.io/library/busybox:1.28.0-glibc"],
+      "an etcd image per minor built, and busybox, under the names the operator uses",
+    );
+    for (const i of images) t.ok(existsSync(i.archive), `${i.name}: ${i.archive}`);
+
+    const newest = etcd.at(-1);
+    if (!newest) throw new Error("no etcd build");
+    const etcdImage = `quay.io/coreos/etcd:v${newest.version}`;
+    const box = await buildah.run(["from", "--quiet", "--pull=never", etcdImage], { quiet: true });
+    t.teardown(() => buildah.run(["rm", box], { quiet: true }).catch(() => undefined));
+    const root = await buildah.run(["mount", box], { quiet: true });
+    for (const binary of ["etcd", "etcdctl", "etcdutl"])
+      t.ok(existsSync(join(root, "usr/local/bin", binary)), `${binary} in /usr/local/bin`);
+    for (const absent of ["bin/sh", "bin/busybox", "usr/bin/env"])
+      t.notOk(existsSync(join(root, absent)), `no ${absent}`);
+    await buildah.run(["umount", box], { quiet: true });
+
+    const [client, peer] = [await freePort(), await freePort()];
+    const name = "image-test-etcd";
+    const logFile = join(ROOT, "node_modules", ".cache", "image-test-etcd.log");
+    mkdirSync(join(ROOT, "node_modules", ".cache"), { recursive: true });
+    writeFileSync(logFile, "");
+    const [command, ...rest] = buildah.argv([
+      "run",
+      "--isolation",
+      "chroot",
+      box,
+      "--",
+      "/usr/local/bin/etcd",
+      `--name=${name}`,
+      "--data-dir=/tmp/data",
+      `--listen-client-urls=http://127.0.0.1:${client}`,
+      `--advertise-client-urls=http://127.0.0.1:${client}`,
+      `--listen-peer-urls=http://127.0.0.1:${peer}`,
+      `--initial-advertise-peer-urls=http://127.0.0.1:${peer}`,
+      `--initial-cluster=${name}=http://127.0.0.1:${peer}`,
+    ]);
+    const out = openSync(logFile, "a");
+    const server = spawn(command ?? "buildah", rest, { stdio: ["ignore", out, out], detached: true });
+    t.teardown(() => {
+      if (server.exitCode === null && server.pid) process.kill(-server.pid, "SIGKILL");
+    });
+    const etcdClient = new Etcd3({ hosts: [`http://127.0.0.1:${client}`] });
+    await waitFor("etcd in its image to serve", async () => {
+      await etcdClient.put("from").value("the image");
+      return true;
+    });
+    t.equal(await etcdClient.get("from").string(), "the image", "etcd in the image serves");
+    t.equal((await etcdClient.maintenance.status()).version, newest.version, "the version its tag names");
+    etcdClient.close();
+    if (server.pid) process.kill(-server.pid, "SIGTERM");
+    await exited(server);
+
+    const busybox = await buildah.run(["from", "--quiet", "--pull=never", "busybox:1.28.0-glibc"], {
+      quiet: true,
+    });
+    t.teardown(() => buildah.run(["rm", busybox], { quiet: true }).catch(() => undefined));
+    const applets = await buildah.run(
+      [
+        "run",
+        "--isolation",
+        "chroot",
+        busybox,
+        "--",
+        "/bin/sh",
+        "-c",
+        'for a in nslookup sleep date; do [ -x "/bin/$a" ] && echo "/bin/$a"; done; sleep 0.1 && date +%s >/dev/null && echo done',
+      ],
+      { quiet: true },
+    );
+    t.same(
+      applets.split("\n"),
+      ["/bin/nslookup", "/bin/sleep", "/bin/date", "done"],
+      "what check-dns runs is there",
+    );
+  },
+);

@@ -1,5 +1,6 @@
 // Builds the operator's image from the repository's Dockerfile, the one users build, with buildah,
-// and exports it as an OCI archive that `ctr images import` (or any registry tool) takes:
+// and exports it as an OCI archive that `ctr images import` (or any registry tool) takes; then the
+// images of what a cluster here runs besides it (infra/image/cluster-images.ts):
 //   npm run image [-- --rebuild-bases]
 // The Dockerfile's base images cannot be pulled here; infra/image/bases.ts makes them under the
 // names it uses. Rebuilt only when the build context changes (the files the Dockerfile copies);
@@ -8,11 +9,12 @@ import { execFile } from "node:child_process";
 import { createHash } from "node:crypto";
 import { existsSync } from "node:fs";
 import { readdir, readFile, stat, writeFile } from "node:fs/promises";
-import { homedir } from "node:os";
 import { dirname, join, relative, resolve } from "node:path";
 import { parseArgs, promisify } from "node:util";
+import { cacheRoot, ensureAssets } from "../local/assets.ts";
 import { baseRecipe, ensureBaseImages } from "./bases.ts";
 import { type Buildah, hasImage, imageSize, projectBuildah } from "./buildah.ts";
+import { buildClusterImages } from "./cluster-images.ts";
 
 const run = promisify(execFile);
 const ROOT = resolve(import.meta.dirname, "..", "..");
@@ -84,13 +86,8 @@ export interface BuildOptions {
   progress?: (line: string) => void;
 }
 
-/** The project's cache, where the image storage lives (EOP_CACHE, as infra/local/env.sh sets it). */
-export function imageCacheDir(): string {
-  return process.env.EOP_CACHE ?? join(homedir(), ".cache", "etcd-operator");
-}
-
 export async function buildOperatorImage(options: BuildOptions = {}): Promise<OperatorImage> {
-  const cacheDir = options.cacheDir ?? imageCacheDir();
+  const cacheDir = options.cacheDir ?? cacheRoot();
   const progress = options.progress ?? ((line: string) => process.stderr.write(`${line}\n`));
   const buildah = await projectBuildah(cacheDir);
   const { version } = JSON.parse(await readFile(join(ROOT, "package.json"), "utf8")) as { version: string };
@@ -156,6 +153,9 @@ async function build(buildah: Buildah, name: string): Promise<void> {
 
 if (import.meta.main) {
   const { values } = parseArgs({ options: { "rebuild-bases": { type: "boolean", default: false } } });
-  const image = await buildOperatorImage({ rebuildBases: values["rebuild-bases"] });
-  process.stdout.write(`${JSON.stringify(image, null, 2)}\n`);
+  const operator = await buildOperatorImage({ rebuildBases: values["rebuild-bases"] });
+  const progress = (line: string) => process.stderr.write(`${line}\n`);
+  const { etcd } = await ensureAssets({ only: ["etcd"], log: progress });
+  const cluster = await buildClusterImages(await projectBuildah(cacheRoot()), etcd, progress);
+  process.stdout.write(`${JSON.stringify({ operator, cluster }, null, 2)}\n`);
 }
