@@ -20,11 +20,12 @@ import {
 import { join } from "node:path";
 import { CustomObjectsApi } from "@kubernetes/client-node";
 import { Etcd3 } from "etcd3";
+import { Redis } from "ioredis";
 import t from "tap";
 import { installCrds } from "../infra/crds.ts";
 import { buildOperatorImage } from "../infra/image/build.ts";
 import { projectBuildah } from "../infra/image/buildah.ts";
-import { buildClusterImages } from "../infra/image/cluster-images.ts";
+import { buildClusterImages, REDIS_IMAGE } from "../infra/image/cluster-images.ts";
 import { cacheRoot, ensureAssets } from "../infra/local/assets.ts";
 import { startLocalCluster } from "../infra/local/control-plane.ts";
 import { freePort } from "../infra/local/daemons.ts";
@@ -209,8 +210,12 @@ t.test(
     const images = await buildClusterImages(buildah, etcd, (line) => t.comment(line));
     t.same(
       images.map((i) => i.name),
-      [...etcd.map((b) => `quay.io/coreos/etcd:v${b.version}`), "docker.io/library/busybox:1.28.0-glibc"],
-      "an etcd image per minor built, and busybox, under the names the operator uses",
+      [
+        ...etcd.map((b) => `quay.io/coreos/etcd:v${b.version}`),
+        "docker.io/library/busybox:1.28.0-glibc",
+        REDIS_IMAGE,
+      ],
+      "an etcd image per minor built, busybox and Redis, under the names the operator and chart use",
     );
     for (const i of images) t.ok(existsSync(i.archive), `${i.name}: ${i.archive}`);
 
@@ -284,5 +289,65 @@ t.test(
       ["/bin/nslookup", "/bin/sleep", "/bin/date", "done"],
       "what check-dns runs is there",
     );
+  },
+);
+
+t.test(
+  "the Redis image serves with the args the chart gives it and answers its readiness probe",
+  async (t) => {
+    const { etcd } = await ensureAssets({ only: ["etcd"], log: (line) => t.comment(line) });
+    await buildClusterImages(buildah, etcd, (line) => t.comment(line));
+    const redisConfig = (
+      JSON.parse(await buildah.run(["inspect", "--type", "image", REDIS_IMAGE], { quiet: true })) as {
+        OCIv1: { config: ImageConfig };
+      }
+    ).OCIv1.config;
+    const box = await buildah.run(["from", "--quiet", "--pull=never", REDIS_IMAGE], { quiet: true });
+    t.teardown(() => buildah.run(["rm", box], { quiet: true }).catch(() => undefined));
+    const port = await freePort();
+    // The args of manifests/base/redis.yaml, and a port of our own (the host's network is shared).
+    const args = [
+      "--save",
+      "",
+      "--appendonly",
+      "no",
+      "--maxmemory-policy",
+      "noeviction",
+      "--port",
+      String(port),
+    ];
+    const [command, ...rest] = buildah.argv([
+      "run",
+      "--isolation",
+      "chroot",
+      "--user",
+      "999:999",
+      box,
+      "--",
+      ...(redisConfig.Entrypoint ?? []),
+      ...args,
+    ]);
+    const server = spawn(command ?? "buildah", rest, { stdio: "ignore", detached: true });
+    t.teardown(() => {
+      if (server.exitCode === null && server.pid) process.kill(-server.pid, "SIGKILL");
+    });
+    const redis = new Redis({ port, host: "127.0.0.1", lazyConnect: true, maxRetriesPerRequest: 0 });
+    const pong = await waitFor("Redis in its image to answer", async () => {
+      await redis.connect().catch(() => undefined);
+      return await redis.ping();
+    });
+    t.equal(pong, "PONG");
+    await redis.set("k", "v");
+    t.equal(await redis.get("k"), "v", "it keeps what it is given");
+    redis.disconnect();
+    const probe = await buildah.run(
+      ["run", "--isolation", "chroot", box, "--", "redis-cli", "-p", String(port), "ping"],
+      {
+        quiet: true,
+      },
+    );
+    t.equal(probe, "PONG", "redis-cli ping, the readiness probe, answers");
+    if (server.pid) process.kill(-server.pid, "SIGTERM");
+    await exited(server);
   },
 );

@@ -5,6 +5,10 @@
 //                                           etcd images, so a pod that assumes one fails here too
 //   docker.io/library/busybox:1.28.0-glibc  the check-dns init container's default image: a static
 //                                           busybox (Debian's busybox-static) with its applets
+//   docker.io/library/redis:7.4-alpine      the chart's and manifests' bundled Redis: Debian's
+//                                           redis-server and redis-cli with their libraries; like
+//                                           the official image, protected mode off and the
+//                                           container's args passed to redis-server
 // Each is written as an OCI archive for `ctr images import`, and made again only when its inputs
 // (the binaries, this recipe) changed.
 import { execFile } from "node:child_process";
@@ -95,6 +99,42 @@ const busyboxRecipe: Recipe = {
   },
 };
 
+/** The Redis image the chart and the kustomize base name (charts/etcd-operator/values.yaml). */
+export const REDIS_IMAGE = "docker.io/library/redis:7.4-alpine";
+
+const redisRecipe: Recipe = {
+  name: REDIS_IMAGE,
+  inputFiles: [],
+  async make(buildah, container, work) {
+    const root = join(work, "redis.tar");
+    await run("mmdebstrap", ["--quiet", "--variant=extract", "--include=redis-server", "bookworm", root], {
+      maxBuffer: 16 * 1024 * 1024,
+    });
+    await buildah.run(["add", container, root, "/"], { quiet: true });
+    await buildah.run(["add", container, await tmpDir(work), "/"], { quiet: true });
+    // /data, the working directory, owned by the official image's redis user (999).
+    await mkdir(join(work, "data"));
+    await buildah.run(["add", "--chown", "999:999", container, join(work, "data"), "/data"], { quiet: true });
+    // The official image's build turns protected mode off (no password, reached through a
+    // Service) and its entrypoint hands the container's args to redis-server.
+    await buildah.run(
+      [
+        "config",
+        "--entrypoint",
+        '["/usr/bin/redis-server", "--protected-mode", "no"]',
+        "--cmd",
+        "[]",
+        "--workingdir",
+        "/data",
+        "--port",
+        "6379",
+        container,
+      ],
+      { quiet: true },
+    );
+  },
+};
+
 async function inputsDigest(recipe: Recipe): Promise<string> {
   const hash = createHash("sha256")
     .update(await readFile(import.meta.filename))
@@ -114,7 +154,7 @@ export async function buildClusterImages(
     ? JSON.parse(await readFile(stampFile, "utf8"))
     : {};
   const images: ClusterImage[] = [];
-  for (const recipe of [...etcd.map(etcdRecipe), busyboxRecipe]) {
+  for (const recipe of [...etcd.map(etcdRecipe), busyboxRecipe, redisRecipe]) {
     const inputs = await inputsDigest(recipe);
     const archive = join(buildah.storageDir, `${recipe.name.replace(/[/:]/g, "_")}.oci.tar`);
     const stamp = stamps[recipe.name];
