@@ -4,7 +4,7 @@
 // user xattrs. Root credentials are generated per instance, passed in the environment and written
 // only to a 0600 file in the store's folder; they are never logged or put on a command line.
 //
-// Why versitygw (SeaweedFS until session 10): measured on this 2-core machine with our own uploader,
+// Why versitygw (it replaced SeaweedFS): measured on this 2-core machine with our own uploader,
 // it costs ~3.5 CPU seconds per GiB uploaded against SeaweedFS's ~11.5 (whose S3 gateway, filer and
 // volume server each hashed and copied every byte), serves a download for ~0.2 against ~1.3, answers
 // 0.1 s after it starts instead of ~11 s, stops at once, and binds exactly one listener. On two

@@ -124,7 +124,7 @@ const SILENT = { debug() {}, info() {}, warn() {}, error() {} };
  * not measured). At 1 MiB the turn's chunks leave in fewer, larger writes, and the store reads
  * them in fewer wake-ups. Beside a local etcd and the local S3 store, 1.2 GiB, runs alternated:
  * 3.85–4.26 s, store 1.2–1.3 CPU-s, against 4.30–4.58 s, store 1.8–2.0 CPU-s with these agents at
- * 64 KiB (README, "Measured (session 19)"). Memory stays bounded: a socket buffers at most this
+ * 64 KiB (the commit that made it has the runs). Memory stays bounded: a socket buffers at most this
  * much of an upload, and a download's socket stops reading at this much unread.
  */
 const STORE_SOCKET_HIGH_WATER_MARK = 1024 * 1024;

@@ -7,7 +7,7 @@
 // straight into the PutObject request, every slice was its own system call and, on loopback or a
 // LAN, its own TCP segment and its own wake-up of the store. Measured beside a local etcd and the
 // local S3 store, 1.2 GiB: the worker's system time 1.15–1.5 s → 0.75–0.87 s, the store's CPU
-// 2.9–5.4 s → 1.8–3.3 s (README, "Measured (session 18)").
+// 2.9–5.4 s → 1.8–3.3 s (the commit that made it has the runs).
 // Memory stays bounded: the corked destination's write() reports back-pressure past its high-water
 // mark, which pauses the pipe until the turn ends and the batch drains.
 import { Transform } from "node:stream";
