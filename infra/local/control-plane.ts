@@ -2,7 +2,7 @@
 // certificate, service-account keys, RBAC on) and kube-controller-manager, started the way
 // controller-runtime's envtest starts them, plus Redis and the process kubelet. Used by tests
 // (`await startLocalCluster()`), by the demo, and by `infra/local/cli.ts up|down|status`.
-import { existsSync, mkdirSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { cpSync, existsSync, mkdirSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { request } from "node:https";
 import { join } from "node:path";
 import { setTimeout as sleep } from "node:timers/promises";
@@ -236,6 +236,26 @@ export async function cleanupInstance(name: string, log: (line: string) => void 
   // Pod containers were started detached; any that outlived the kubelet hold the pod netns,
   // which deletePodNetwork killed above. Mounts live in their own mount namespaces and die with them.
   rmSync(layout.dir, { recursive: true, force: true });
+}
+
+/**
+ * With ETCD_OPERATOR_KEEP_LOGS=<dir>, an instance's logs (its daemons', the operator processes' and
+ * the pods' containers') are copied to <dir>/<instance> before the instance's directory goes: what a
+ * failed end-to-end test needs for its post-mortem. Data directories are not copied.
+ */
+function keepLogs(layout: InstanceLayout, log: (line: string) => void): void {
+  const keep = process.env.ETCD_OPERATOR_KEEP_LOGS;
+  if (!keep || !existsSync(layout.dir)) return;
+  const to = join(keep, layout.name);
+  rmSync(to, { recursive: true, force: true });
+  cpSync(layout.dir, to, {
+    recursive: true,
+    filter: (source) => {
+      if (source === layout.etcdDataDir || source.endsWith("/data") || source.endsWith(".sock")) return false;
+      return true;
+    },
+  });
+  log(`logs kept in ${to}`);
 }
 
 function stopGraceMs(daemon: (typeof DAEMONS)[number]): number {
@@ -508,6 +528,7 @@ export async function startLocalCluster(options: LocalClusterOptions = {}): Prom
 
   const stop = async () => {
     log("stopping");
+    keepLogs(layout, log);
     await cleanupInstance(name, log);
     log("stopped");
   };

@@ -1,7 +1,7 @@
 // Runs operator roles as real child processes for end-to-end tests, so a test can SIGKILL a
 // worker mid-step exactly as a node failure would.
 import { type ChildProcess, spawn } from "node:child_process";
-import { mkdirSync, openSync } from "node:fs";
+import { mkdirSync, openSync, readFileSync } from "node:fs";
 import { join } from "node:path";
 import type { LocalCluster } from "../../infra/local/control-plane.ts";
 
@@ -78,4 +78,29 @@ export function startOperatorProcess(
       });
     },
   };
+}
+
+/**
+ * The last `count` steps an operator process finished, one line each ("wait MemberStarting: …"),
+ * for a timed-out wait to say what the operator was doing.
+ */
+export function lastSteps(p: OperatorProcess, count = 5): string {
+  const lines = readFileSync(p.logFile, "utf8").trim().split("\n");
+  const steps: string[] = [];
+  for (const line of lines.reverse()) {
+    if (steps.length >= count) break;
+    try {
+      const entry: unknown = JSON.parse(line);
+      if (typeof entry !== "object" || entry === null) continue;
+      const fields = entry as Record<string, unknown>;
+      if (fields.msg === "step starting" || typeof fields.step !== "string") continue;
+      const detail = [fields.reason, fields.message ?? fields.msg].filter((x) => typeof x === "string");
+      steps.push(
+        `${fields.step}: ${detail.join(": ")}${fields.err ? ` (${JSON.stringify(fields.err).slice(0, 300)})` : ""}`,
+      );
+    } catch {
+      // A line that is no JSON (a crash's stack) is left out.
+    }
+  }
+  return steps.reverse().join("\n");
 }
