@@ -207,7 +207,7 @@ t.test(
   "etcd images hold etcd's binaries and nothing else, and serve when run; busybox has its applets",
   async (t) => {
     const { etcd } = await ensureAssets({ only: ["etcd"], log: (line) => t.comment(line) });
-    const images = await buildClusterImages(buildah, etcd, (line) => t.comment(line));
+    const images = await buildClusterImages(buildah, { etcd }, (line) => t.comment(line));
     t.same(
       images.map((i) => i.name),
       [
@@ -296,7 +296,7 @@ t.test(
   "the Redis image serves with the args the chart gives it and answers its readiness probe",
   async (t) => {
     const { etcd } = await ensureAssets({ only: ["etcd"], log: (line) => t.comment(line) });
-    await buildClusterImages(buildah, etcd, (line) => t.comment(line));
+    await buildClusterImages(buildah, { etcd }, (line) => t.comment(line));
     const redisConfig = (
       JSON.parse(await buildah.run(["inspect", "--type", "image", REDIS_IMAGE], { quiet: true })) as {
         OCIv1: { config: ImageConfig };

@@ -61,14 +61,10 @@ async function podIdentities(): Promise<string[]> {
     .sort();
 }
 
+/** name=ID of every member, read through the leader with a deadline (a dead endpoint is skipped). */
 async function memberIds(): Promise<string[]> {
-  const etcd = await etcdClient(c, NS, NAME);
-  try {
-    const list = await etcd.cluster.memberList({});
-    return list.members.map((m) => `${m.name}=${m.ID}`).sort();
-  } finally {
-    etcd.close();
-  }
+  const members = await listMembers(await memberEndpoints(c, NS, NAME), { timeoutMs: 3000 });
+  return members.map((m) => `${m.name}=${m.id}`).sort();
 }
 
 async function keysPresent(): Promise<number> {

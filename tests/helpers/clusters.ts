@@ -59,9 +59,18 @@ export async function readyPods(c: ClusterClients, namespace: string, name: stri
 /** Client URLs of the cluster's live member pods, by IP (the host has no cluster DNS). */
 export async function memberEndpoints(c: ClusterClients, namespace: string, name: string): Promise<string[]> {
   const pods = await c.core.listNamespacedPod({ namespace, labelSelector: `etcd_cluster=${name}` });
-  return pods.items
-    .filter((p) => p.status?.podIP && !p.metadata?.deletionTimestamp)
-    .map((p) => `http://${p.status?.podIP}:2379`);
+  return (
+    pods.items
+      // A pod that ended keeps its IP in its status, but nothing answers there any more.
+      .filter(
+        (p) =>
+          p.status?.podIP &&
+          !p.metadata?.deletionTimestamp &&
+          p.status.phase !== "Failed" &&
+          p.status.phase !== "Succeeded",
+      )
+      .map((p) => `http://${p.status?.podIP}:2379`)
+  );
 }
 
 /** Waits until the cluster is steady with `size` ready members. */
