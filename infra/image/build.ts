@@ -155,7 +155,11 @@ if (import.meta.main) {
   const { values } = parseArgs({ options: { "rebuild-bases": { type: "boolean", default: false } } });
   const operator = await buildOperatorImage({ rebuildBases: values["rebuild-bases"] });
   const progress = (line: string) => process.stderr.write(`${line}\n`);
-  const { etcd } = await ensureAssets({ only: ["etcd"], log: progress });
-  const cluster = await buildClusterImages(await projectBuildah(cacheRoot()), etcd, progress);
+  const { etcd, node, coredns } = await ensureAssets({ only: ["etcd", "node", "coredns"], log: progress });
+  const cluster = await buildClusterImages(
+    await projectBuildah(cacheRoot()),
+    { etcd, node, coredns },
+    progress,
+  );
   process.stdout.write(`${JSON.stringify({ operator, cluster }, null, 2)}\n`);
 }

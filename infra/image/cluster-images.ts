@@ -3,23 +3,28 @@
 //   quay.io/coreos/etcd:v<version>          etcd, etcdctl and etcdutl of each minor we build and
 //                                           nothing else: no shell, like the official distroless
 //                                           etcd images, so a pod that assumes one fails here too
-//   docker.io/library/busybox:1.28.0-glibc  the check-dns init container's default image: a static
-//                                           busybox (Debian's busybox-static) with its applets
+//   docker.io/library/busybox:1.28.0-glibc  the check-dns init container's default image: busybox
+//                                           built from Debian's source, static with glibc, its
+//                                           nslookup on libc's resolver as in 1.28
 //   docker.io/library/redis:7.4-alpine      the chart's and manifests' bundled Redis: Debian's
 //                                           redis-server and redis-cli with their libraries; like
 //                                           the official image, protected mode off and the
 //                                           container's args passed to redis-server
+// and for real nodes:
+//   registry.k8s.io/pause:<version>         the pod sandbox: Kubernetes's static pause binary
+//   registry.k8s.io/coredns/coredns:v<ver>  the cluster DNS: our CoreDNS build, user 65532 as the
+//                                           official image (a distroless base) runs it
 // Each is written as an OCI archive for `ctr images import`, and made again only when its inputs
 // (the binaries, this recipe) changed.
 import { execFile } from "node:child_process";
 import { createHash } from "node:crypto";
 import { existsSync } from "node:fs";
-import { chmod, mkdir, mkdtemp, readdir, readFile, rm, writeFile } from "node:fs/promises";
-import { tmpdir } from "node:os";
+import { chmod, mkdir, mkdtemp, readFile, rm, writeFile } from "node:fs/promises";
+import { availableParallelism, tmpdir } from "node:os";
 import { join } from "node:path";
 import { promisify } from "node:util";
 import { DEFAULT_BUSYBOX_IMAGE, DEFAULT_REPOSITORY } from "../../shared/api/etcd-cluster.ts";
-import type { EtcdBuild } from "../local/assets.ts";
+import type { CorednsBuild, EtcdBuild, NodeBuild } from "../local/assets.ts";
 import { type Buildah, hasImage } from "./buildah.ts";
 
 const run = promisify(execFile);
@@ -71,23 +76,54 @@ function etcdRecipe(build: EtcdBuild): Recipe {
   };
 }
 
+/**
+ * Busybox from Debian's source of it (bookworm's 1.35.0), built static against glibc as the
+ * "-glibc" image is, with nslookup on libc's resolver (FEATURE_NSLOOKUP_BIG off) as in 1.28: the
+ * resolver applies the pod's DNS search path, which the operator's DNS check needs for its
+ * `<pod>.<cluster>.<namespace>.svc` names. (Debian's own busybox builds have the newer internal
+ * resolver, which sends a dotted name to the server as it is and fails in a cluster: the
+ * reason images keep busybox 1.28.)
+ */
+const BUSYBOX_SOURCE = {
+  url: "http://deb.debian.org/debian/pool/main/b/busybox/busybox_1.35.0.orig.tar.bz2",
+  sha256: "faeeb244c35a348a334f4a59e44626ee870fb07b6884d68c10ae8bc19f83a694",
+  dir: "busybox-1.35.0",
+};
+
+async function buildBusybox(work: string): Promise<string> {
+  const response = await fetch(BUSYBOX_SOURCE.url).catch((error: unknown) => {
+    throw new Error(`downloading busybox's source (${BUSYBOX_SOURCE.url}) failed`, { cause: error });
+  });
+  if (!response.ok) throw new Error(`downloading ${BUSYBOX_SOURCE.url}: HTTP ${response.status}`);
+  const tarball = Buffer.from(await response.arrayBuffer());
+  const digest = createHash("sha256").update(tarball).digest("hex");
+  if (digest !== BUSYBOX_SOURCE.sha256)
+    throw new Error(`${BUSYBOX_SOURCE.url} has sha256 ${digest}, not the pinned ${BUSYBOX_SOURCE.sha256}`);
+  await writeFile(join(work, "busybox.tar.bz2"), tarball);
+  await run("tar", ["-xjf", "busybox.tar.bz2"], { cwd: work });
+  const source = join(work, BUSYBOX_SOURCE.dir);
+  await run("make", ["defconfig"], { cwd: source, maxBuffer: 16 * 1024 * 1024 });
+  const config = (await readFile(join(source, ".config"), "utf8"))
+    .replace(/^CONFIG_FEATURE_NSLOOKUP_BIG=y$/m, "# CONFIG_FEATURE_NSLOOKUP_BIG is not set")
+    .replace(/^# CONFIG_STATIC is not set$/m, "CONFIG_STATIC=y")
+    // tc needs kernel headers' CBQ definitions, which newer headers dropped; no pod here needs it.
+    .replace(/^CONFIG_TC=y$/m, "# CONFIG_TC is not set");
+  await writeFile(join(source, ".config"), config);
+  await run("sh", ["-c", 'yes "" | make oldconfig'], { cwd: source, maxBuffer: 16 * 1024 * 1024 });
+  await run("make", [`-j${availableParallelism()}`], { cwd: source, maxBuffer: 64 * 1024 * 1024 }).catch(
+    (error: unknown) => {
+      throw new Error("building busybox failed (make and gcc are needed)", { cause: error });
+    },
+  );
+  return join(source, "busybox");
+}
+
 const busyboxRecipe: Recipe = {
   name: fullImageName(DEFAULT_BUSYBOX_IMAGE),
   inputFiles: [],
   async make(buildah, container, work) {
-    await run("apt-get", ["download", "busybox-static"], { cwd: work }).catch((error: unknown) => {
-      throw new Error("apt-get download busybox-static failed (run apt-get update once)", { cause: error });
-    });
-    const deb = (await readdir(work)).find((f) => f.startsWith("busybox-static") && f.endsWith(".deb"));
-    if (!deb) throw new Error(`apt-get download left no busybox-static package in ${work}`);
-    const unpacked = join(work, "busybox");
-    await run("dpkg-deb", ["-x", join(work, deb), unpacked]);
-    await buildah.run(
-      ["add", "--chmod", "0755", container, join(unpacked, "bin", "busybox"), "/bin/busybox"],
-      {
-        quiet: true,
-      },
-    );
+    const busybox = await buildBusybox(work);
+    await buildah.run(["add", "--chmod", "0755", container, busybox, "/bin/busybox"], { quiet: true });
     await buildah.run(["add", container, await tmpDir(work), "/"], { quiet: true });
     await buildah.run(
       ["run", "--isolation", "chroot", container, "--", "/bin/busybox", "--install", "-s", "/bin"],
@@ -135,6 +171,49 @@ const redisRecipe: Recipe = {
   },
 };
 
+/** The sandbox image containerd starts every pod with (its sandbox_image). */
+export function pauseImage(node: NodeBuild): string {
+  return `registry.k8s.io/pause:${node.pauseVersion}`;
+}
+
+function pauseRecipe(node: NodeBuild): Recipe {
+  return {
+    name: pauseImage(node),
+    inputFiles: [node.pause],
+    async make(buildah, container) {
+      await buildah.run(["add", "--chmod", "0755", container, node.pause, "/pause"], { quiet: true });
+      await buildah.run(["config", "--entrypoint", '["/pause"]', "--user", "65535:65535", container], {
+        quiet: true,
+      });
+    },
+  };
+}
+
+export function corednsImage(coredns: CorednsBuild): string {
+  return `registry.k8s.io/coredns/coredns:v${coredns.version}`;
+}
+
+function corednsRecipe(coredns: CorednsBuild): Recipe {
+  return {
+    name: corednsImage(coredns),
+    inputFiles: [coredns.coredns],
+    async make(buildah, container) {
+      await buildah.run(["add", "--chmod", "0755", container, coredns.coredns, "/coredns"], { quiet: true });
+      await buildah.run(
+        ["config", "--entrypoint", '["/coredns"]', "--user", "65532:65532", "--port", "53/udp", container],
+        { quiet: true },
+      );
+    },
+  };
+}
+
+/** What the images are made of; the real nodes' images only when their binaries are given. */
+export interface ClusterImageInputs {
+  etcd: EtcdBuild[];
+  node?: NodeBuild;
+  coredns?: CorednsBuild;
+}
+
 async function inputsDigest(recipe: Recipe): Promise<string> {
   const hash = createHash("sha256")
     .update(await readFile(import.meta.filename))
@@ -146,7 +225,7 @@ async function inputsDigest(recipe: Recipe): Promise<string> {
 /** Makes (or finds up to date) every image a cluster here runs besides the operator's. */
 export async function buildClusterImages(
   buildah: Buildah,
-  etcd: EtcdBuild[],
+  inputs: ClusterImageInputs,
   progress: (line: string) => void,
 ): Promise<ClusterImage[]> {
   const stampFile = join(buildah.storageDir, "cluster-images.json");
@@ -154,11 +233,18 @@ export async function buildClusterImages(
     ? JSON.parse(await readFile(stampFile, "utf8"))
     : {};
   const images: ClusterImage[] = [];
-  for (const recipe of [...etcd.map(etcdRecipe), busyboxRecipe, redisRecipe]) {
-    const inputs = await inputsDigest(recipe);
+  const recipes = [
+    ...inputs.etcd.map(etcdRecipe),
+    busyboxRecipe,
+    redisRecipe,
+    ...(inputs.node ? [pauseRecipe(inputs.node)] : []),
+    ...(inputs.coredns ? [corednsRecipe(inputs.coredns)] : []),
+  ];
+  for (const recipe of recipes) {
+    const digest = await inputsDigest(recipe);
     const archive = join(buildah.storageDir, `${recipe.name.replace(/[/:]/g, "_")}.oci.tar`);
     const stamp = stamps[recipe.name];
-    if (stamp?.inputs === inputs && existsSync(archive) && (await hasImage(buildah, recipe.name))) {
+    if (stamp?.inputs === digest && existsSync(archive) && (await hasImage(buildah, recipe.name))) {
       images.push(stamp);
       continue;
     }
@@ -175,7 +261,7 @@ export async function buildClusterImages(
       await buildah.run(["rm", container], { quiet: true }).catch(() => undefined);
       await rm(work, { recursive: true, force: true });
     }
-    const image = { name: recipe.name, archive, inputs };
+    const image = { name: recipe.name, archive, inputs: digest };
     stamps[recipe.name] = image;
     await writeFile(stampFile, `${JSON.stringify(stamps, null, 2)}\n`);
     images.push(image);

@@ -1,7 +1,7 @@
 // Builds the local control plane's binaries (kube-apiserver, kube-controller-manager, kubectl,
-// etcd/etcdctl/etcdutl for every supported etcd minor, and versitygw for the S3 store that backups go
-// to) from their Go modules, so the project needs no release tarballs from the internet:
-// only the Go module proxy.
+// etcd/etcdctl/etcdutl for every supported etcd minor, versitygw for the S3 store that backups go
+// to, and for real nodes kubelet, kube-proxy, kube-scheduler, pause and CoreDNS) from their Go
+// modules, so the project needs no release tarballs from the internet: only the Go module proxy.
 //
 // Everything lives in a cache outside git, keyed by version: changing a pinned version below builds the
 // new set beside the old one. A set counts as built only once its stamp file exists, and it is built in a
@@ -25,6 +25,11 @@ export const KUBERNETES_VERSION = "1.34.4";
  */
 export const VERSITYGW_VERSION = "1.8.0";
 
+/** CoreDNS as kubeadm v1.34 deploys it (cmd/kubeadm/app/constants: CoreDNSVersion). */
+export const COREDNS_VERSION = "1.12.1";
+/** The pause (sandbox) image kubelet v1.34 and kubeadm use (constants: PauseVersion). */
+export const PAUSE_VERSION = "3.10.1";
+
 import { ETCD_VERSIONS } from "../../shared/etcd-versions.ts";
 
 export { ETCD_VERSIONS };
@@ -45,6 +50,21 @@ export interface VersitygwBuild {
   versitygw: string;
 }
 
+/** What real nodes run: kubelet and kube-proxy, kube-scheduler (the process kubelet places its own pods), pause. */
+export interface NodeBuild {
+  kubelet: string;
+  kubeProxy: string;
+  kubeScheduler: string;
+  /** Kubernetes's build/pause/linux/pause.c, compiled static: the sandbox image's only file. */
+  pause: string;
+  pauseVersion: string;
+}
+
+export interface CorednsBuild {
+  version: string;
+  coredns: string;
+}
+
 export interface Assets {
   kubernetesVersion: string;
   kubeApiserver: string;
@@ -52,9 +72,11 @@ export interface Assets {
   kubectl: string;
   etcd: EtcdBuild[];
   versitygw: VersitygwBuild;
+  node: NodeBuild;
+  coredns: CorednsBuild;
 }
 
-export type AssetKind = "kubernetes" | "etcd" | "versitygw";
+export type AssetKind = "kubernetes" | "etcd" | "versitygw" | "node" | "coredns";
 
 export interface EnsureOptions {
   /** Progress lines; default writes them to stderr. */
@@ -113,6 +135,14 @@ function versitygwName(): string {
   return `versitygw-v${VERSITYGW_VERSION}`;
 }
 
+function nodeName(): string {
+  return `kubernetes-node-v${KUBERNETES_VERSION}`;
+}
+
+function corednsName(): string {
+  return `coredns-v${COREDNS_VERSION}`;
+}
+
 function minorOf(version: string): string {
   return version.split(".").slice(0, 2).join(".");
 }
@@ -141,7 +171,21 @@ function targets(): Target[] {
     binaries: ["versitygw"],
     build: buildVersitygw,
   };
-  return [kubernetes, ...etcds, versitygw];
+  const node: Target = {
+    kind: "node",
+    name: nodeName(),
+    label: `kubernetes node v${KUBERNETES_VERSION}`,
+    binaries: [...NODE_COMMANDS, "pause"],
+    build: buildNode,
+  };
+  const coredns: Target = {
+    kind: "coredns",
+    name: corednsName(),
+    label: `coredns v${COREDNS_VERSION}`,
+    binaries: ["coredns"],
+    build: buildCoredns,
+  };
+  return [kubernetes, ...etcds, versitygw, node, coredns];
 }
 
 function layout(): Assets {
@@ -166,6 +210,14 @@ function layout(): Assets {
       version: VERSITYGW_VERSION,
       versitygw: join(binDir(versitygwName()), "versitygw"),
     },
+    node: {
+      kubelet: join(binDir(nodeName()), "kubelet"),
+      kubeProxy: join(binDir(nodeName()), "kube-proxy"),
+      kubeScheduler: join(binDir(nodeName()), "kube-scheduler"),
+      pause: join(binDir(nodeName()), "pause"),
+      pauseVersion: PAUSE_VERSION,
+    },
+    coredns: { version: COREDNS_VERSION, coredns: join(binDir(corednsName()), "coredns") },
   };
 }
 
@@ -300,6 +352,50 @@ function isAlive(pid: number): boolean {
 // them with the matching published v0.X.Y version.
 
 async function buildKubernetes(ctx: BuildContext): Promise<void> {
+  const commands = ["kube-apiserver", "kube-controller-manager", "kubectl"];
+  await buildKubernetesCommands(ctx, commands);
+  await verifyVersion(
+    ctx,
+    join(ctx.outDir, "kube-apiserver"),
+    ["--version"],
+    `Kubernetes v${KUBERNETES_VERSION}`,
+  );
+  await verifyVersion(ctx, join(ctx.outDir, "kubectl"), ["version", "--client"], `v${KUBERNETES_VERSION}`);
+}
+
+const NODE_COMMANDS = ["kubelet", "kube-proxy", "kube-scheduler"];
+
+/**
+ * What a real node runs, in a target of its own so that a machine that never starts real nodes
+ * never builds them; and the pause binary, compiled from the C source in the same module, as
+ * Kubernetes's build/pause/Makefile does (static, so the image holds nothing else).
+ */
+async function buildNode(ctx: BuildContext): Promise<void> {
+  const moduleRoot = await buildKubernetesCommands(ctx, NODE_COMMANDS);
+  for (const command of NODE_COMMANDS) {
+    await verifyVersion(ctx, join(ctx.outDir, command), ["--version"], `Kubernetes v${KUBERNETES_VERSION}`);
+  }
+  const source = join(moduleRoot, "build", "pause", "linux", "pause.c");
+  const pause = join(ctx.outDir, "pause");
+  const cc = await run(
+    "gcc",
+    ["-Os", "-Wall", "-Werror", "-static", `-DVERSION=v${PAUSE_VERSION}`, "-o", pause, source],
+    {},
+  ).catch((error: unknown) => {
+    throw new Error("gcc is needed to compile the pause binary of real nodes (apt-get install gcc)", {
+      cause: error,
+    });
+  });
+  if (cc.code !== 0)
+    throw new Error(`compiling ${source} failed:\n${lastLines(cc.output, ERROR_TAIL_LINES)}`);
+  await verifyVersion(ctx, pause, ["-v"], `pause.c v${PAUSE_VERSION}`);
+}
+
+/**
+ * Builds Kubernetes commands in the wrapper module (see above) with the release's version stamped
+ * in; returns the downloaded k8s.io/kubernetes module's directory.
+ */
+async function buildKubernetesCommands(ctx: BuildContext, commands: string[]): Promise<string> {
   const module = `k8s.io/kubernetes@v${KUBERNETES_VERSION}`;
   const info = await downloadModule(ctx, module);
   const upstreamGoMod = await readFile(info.goMod, "utf8");
@@ -325,7 +421,6 @@ async function buildKubernetes(ctx: BuildContext): Promise<void> {
       "",
     ].join("\n"),
   );
-  const commands = ["kube-apiserver", "kube-controller-manager", "kubectl"];
   await writeFile(
     join(ctx.moduleDir, "tools.go"),
     toolsGo(commands.map((c) => `k8s.io/kubernetes/cmd/${c}`)),
@@ -341,13 +436,59 @@ async function buildKubernetes(ctx: BuildContext): Promise<void> {
     `${ctx.outDir}/`,
     ...commands.map((c) => `k8s.io/kubernetes/cmd/${c}`),
   ]);
-  await verifyVersion(
-    ctx,
-    join(ctx.outDir, "kube-apiserver"),
-    ["--version"],
-    `Kubernetes v${KUBERNETES_VERSION}`,
+  return info.dir;
+}
+
+/**
+ * CoreDNS with the plugins kubeadm's Corefile uses and no others: CoreDNS's own way to make a
+ * smaller build (a main that imports coremain and the chosen plugin packages), which leaves out
+ * the cloud DNS plugins and their SDKs (a quarter of the download and build time).
+ */
+async function buildCoredns(ctx: BuildContext): Promise<void> {
+  const module = "github.com/coredns/coredns";
+  const plugins = [
+    "cache",
+    "errors",
+    "health",
+    "kubernetes",
+    "loadbalance",
+    "log",
+    "loop",
+    "metrics",
+    "ready",
+    "reload",
+  ];
+  await writeFile(
+    join(ctx.moduleDir, "go.mod"),
+    [
+      `module eop.local/${corednsName()}`,
+      "",
+      "go 1.24.0",
+      "",
+      `require ${module} v${COREDNS_VERSION}`,
+      "",
+    ].join("\n"),
   );
-  await verifyVersion(ctx, join(ctx.outDir, "kubectl"), ["version", "--client"], `v${KUBERNETES_VERSION}`);
+  await writeFile(
+    join(ctx.moduleDir, "main.go"),
+    [
+      "// Generated by infra/local/assets.ts: CoreDNS with kubeadm's plugins.",
+      "package main",
+      "",
+      "import (",
+      `\t"${module}/coremain"`,
+      ...plugins.map((p) => `\t_ "${module}/plugin/${p}"`),
+      ")",
+      "",
+      "func main() { coremain.Run() }",
+      "",
+    ].join("\n"),
+  );
+  await runGo(ctx, "resolving modules (go mod tidy)", ["mod", "tidy"]);
+  await runGo(ctx, "building coredns", [
+    ...["build", "-trimpath", "-buildvcs=false", "-ldflags", "-s -w", "-o", join(ctx.outDir, "coredns"), "."],
+  ]);
+  await verifyVersion(ctx, join(ctx.outDir, "coredns"), ["-version"], `CoreDNS-${COREDNS_VERSION}`);
 }
 
 /** Every `k8s.io/NAME => ./staging/...` replacement in Kubernetes's own go.mod. */
@@ -489,6 +630,8 @@ function goEnv(): NodeJS.ProcessEnv {
 
 interface ModuleInfo {
   goMod: string;
+  /** The module's extracted source (read-only, in Go's module cache). */
+  dir: string;
   /** When the module proxy first saw this version (RFC 3339). */
   time: string;
 }
@@ -498,11 +641,12 @@ async function downloadModule(ctx: BuildContext, module: string): Promise<Module
   const parsed: unknown = JSON.parse(output.stdout);
   const goMod = stringField(parsed, "GoMod");
   const infoPath = stringField(parsed, "Info");
-  if (goMod === undefined || infoPath === undefined) {
-    throw new Error(`\`go mod download -json ${module}\` gave no GoMod/Info: ${output.stdout}`);
+  const dir = stringField(parsed, "Dir");
+  if (goMod === undefined || infoPath === undefined || dir === undefined) {
+    throw new Error(`\`go mod download -json ${module}\` gave no GoMod/Info/Dir: ${output.stdout}`);
   }
   const info: unknown = JSON.parse(await readFile(infoPath, "utf8"));
-  return { goMod, time: stringField(info, "Time") ?? "1970-01-01T00:00:00Z" };
+  return { goMod, dir, time: stringField(info, "Time") ?? "1970-01-01T00:00:00Z" };
 }
 
 function stringField(value: unknown, key: string): string | undefined {

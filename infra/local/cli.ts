@@ -1,7 +1,10 @@
 // Command line for the local control plane:
-//   node infra/local/cli.ts up [--name N] [--foreground] [--object-store]
+//   node infra/local/cli.ts up [--name N] [--foreground] [--object-store] [--real-nodes N]
 //                                                         start (--foreground: stop on Ctrl-C;
-//                                                         --object-store: with the S3 store too)
+//                                                         --object-store: with the S3 store too;
+//                                                         --real-nodes: N containerd/kubelet nodes
+//                                                         with kube-proxy and CoreDNS instead of
+//                                                         the process kubelet)
 //   node infra/local/cli.ts down [--name N]                stop and clean up
 //   node infra/local/cli.ts status [--name N]              what runs, where the kubeconfig is
 import { parseArgs } from "node:util";
@@ -20,6 +23,7 @@ const { positionals, values } = parseArgs({
     name: { type: "string", default: DEFAULT_INSTANCE },
     foreground: { type: "boolean", default: false },
     "object-store": { type: "boolean", default: false },
+    "real-nodes": { type: "string" },
   },
 });
 const command = positionals[0] ?? "status";
@@ -48,7 +52,11 @@ function printUsage(cluster: LocalClusterState): void {
 
 switch (command) {
   case "up": {
-    const cluster = await startLocalCluster({ name, log, objectStore: values["object-store"] });
+    const realNodes = values["real-nodes"] === undefined ? undefined : Number(values["real-nodes"]);
+    if (realNodes !== undefined && !Number.isInteger(realNodes)) {
+      throw new Error(`--real-nodes takes a number of nodes, not "${values["real-nodes"]}"`);
+    }
+    const cluster = await startLocalCluster({ name, log, objectStore: values["object-store"], realNodes });
     printUsage(cluster);
     if (values.foreground) {
       log("running; press Ctrl-C to stop");

@@ -2,20 +2,33 @@
 // certificate, service-account keys, RBAC on) and kube-controller-manager, started the way
 // controller-runtime's envtest starts them, plus Redis and the process kubelet. Used by tests
 // (`await startLocalCluster()`), by the demo, and by `infra/local/cli.ts up|down|status`.
-import { cpSync, existsSync, mkdirSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import {
+  cpSync,
+  existsSync,
+  lstatSync,
+  mkdirSync,
+  readdirSync,
+  readFileSync,
+  rmSync,
+  writeFileSync,
+} from "node:fs";
 import { request } from "node:https";
-import { join } from "node:path";
+import { basename, join } from "node:path";
 import { setTimeout as sleep } from "node:timers/promises";
 import { stringify } from "yaml";
 import {
+  type CertificateAuthority,
   createCertificateAuthority,
   createKeyPair,
   issueCertificate,
   type KeyAndCert,
 } from "../../shared/pki.ts";
-import { type Assets, ensureAssets } from "./assets.ts";
+import { projectBuildah } from "../image/buildah.ts";
+import { buildClusterImages, corednsImage, pauseImage } from "../image/cluster-images.ts";
+import { type Assets, cacheRoot, ensureAssets } from "./assets.ts";
 import {
   freePort,
+  freePortOn,
   isOurProcess,
   type PidRecord,
   readPidFile,
@@ -26,6 +39,7 @@ import {
 } from "./daemons.ts";
 import { deleteBridge, deletePodNetwork, ensureBridge, listNetns } from "./kubelet/sandbox.ts";
 import { DEFAULT_INSTANCE, type InstanceLayout, instanceLayout } from "./layout.ts";
+import { cleanupRealNodes, startRealNodes } from "./nodes/real-nodes.ts";
 import {
   CREDENTIALS_FILE,
   OBJECT_STORE_STOP_GRACE_MS,
@@ -42,8 +56,15 @@ export interface LocalClusterOptions {
   name?: string;
   /** Start Redis too (BullMQ needs it). Default true. */
   redis?: boolean;
-  /** Start the process kubelet. Default true. */
+  /** Start the process kubelet. Default true (false when real nodes are asked for). */
   kubelet?: boolean;
+  /**
+   * Run this many real nodes instead (containerd, kubelet, kube-proxy, CoreDNS; see nodes/):
+   * kube-apiserver then listens on the bridge gateway, where nodes and pods reach it.
+   */
+  realNodes?: number;
+  /** More OCI image archives for every real node (e.g. the operator's image). */
+  nodeImages?: string[];
   /**
    * Start a real S3-compatible object store (versitygw) on the bridge gateway, reachable from the host
    * and from pods. Default false.
@@ -60,6 +81,8 @@ export interface LocalClusterState {
   /** Where the object store listens; its secret key is in `credentialsFile` (0600), never in here. */
   objectStore?: { endpoint: string; region: string; accessKeyId: string; credentialsFile: string };
   nodeName: string;
+  /** Names of the real nodes, when started with them. */
+  realNodes?: string[];
   dir: string;
   network: InstanceLayout["network"];
   kubernetesVersion: string;
@@ -80,6 +103,7 @@ export interface LocalCluster extends LocalClusterState {
 
 const DAEMONS = [
   "kubelet",
+  "kube-scheduler",
   "kube-controller-manager",
   "kube-apiserver",
   "object-store",
@@ -100,11 +124,23 @@ function objectStoreDir(layout: InstanceLayout): string {
 }
 
 interface Pki {
-  ca: KeyAndCert;
+  ca: CertificateAuthority;
   apiserver: KeyAndCert;
   admin: KeyAndCert;
+  /** What kube-apiserver presents to kubelets (logs, exec, port-forward). */
+  kubeletClient: KeyAndCert;
   serviceAccount: { privateKey: string; publicKey: string };
-  files: Record<"caCert" | "caKey" | "apiserverCert" | "apiserverKey" | "saKey" | "saPub", string>;
+  files: Record<
+    | "caCert"
+    | "caKey"
+    | "apiserverCert"
+    | "apiserverKey"
+    | "saKey"
+    | "saPub"
+    | "kubeletClientCert"
+    | "kubeletClientKey",
+    string
+  >;
 }
 
 async function createPki(layout: InstanceLayout): Promise<Pki> {
@@ -126,6 +162,11 @@ async function createPki(layout: InstanceLayout): Promise<Pki> {
     organizations: ["system:masters"],
     usage: ["client"],
   });
+  const kubeletClient = await issueCertificate(ca, {
+    commonName: "kube-apiserver-kubelet-client",
+    organizations: ["system:masters"],
+    usage: ["client"],
+  });
   const serviceAccount = await createKeyPair();
   const dir = layout.pkiDir;
   mkdirSync(dir, { recursive: true, mode: 0o700 });
@@ -136,6 +177,8 @@ async function createPki(layout: InstanceLayout): Promise<Pki> {
     apiserverKey: join(dir, "apiserver.key"),
     saKey: join(dir, "sa.key"),
     saPub: join(dir, "sa.pub"),
+    kubeletClientCert: join(dir, "kubelet-client.crt"),
+    kubeletClientKey: join(dir, "kubelet-client.key"),
   };
   writeFileSync(files.caCert, ca.cert);
   writeFileSync(files.caKey, ca.key, { mode: 0o600 });
@@ -143,7 +186,9 @@ async function createPki(layout: InstanceLayout): Promise<Pki> {
   writeFileSync(files.apiserverKey, apiserver.key, { mode: 0o600 });
   writeFileSync(files.saKey, serviceAccount.privateKey, { mode: 0o600 });
   writeFileSync(files.saPub, serviceAccount.publicKey);
-  return { ca, apiserver, admin, serviceAccount, files };
+  writeFileSync(files.kubeletClientCert, kubeletClient.cert);
+  writeFileSync(files.kubeletClientKey, kubeletClient.key, { mode: 0o600 });
+  return { ca, apiserver, admin, kubeletClient, serviceAccount, files };
 }
 
 function kubeconfigYaml(server: string, pki: Pki, name: string): string {
@@ -227,6 +272,7 @@ export async function cleanupInstance(name: string, log: (line: string) => void 
       }
     }
   }
+  await cleanupRealNodes(layout, log);
   for (const netns of await listNetns(layout.network.netnsPrefix)) {
     log(`removing leftover network namespace ${netns}`);
     const suffix = netns.slice(layout.network.netnsPrefix.length);
@@ -248,11 +294,16 @@ function keepLogs(layout: InstanceLayout, log: (line: string) => void): void {
   if (!keep || !existsSync(layout.dir)) return;
   const to = join(keep, layout.name);
   rmSync(to, { recursive: true, force: true });
+  // Logs and configuration only: not the real nodes' image stores, container root file systems
+  // (device nodes) or kubelet volumes (secrets).
+  const nodes = `${layout.dir}/nodes/`;
   cpSync(layout.dir, to, {
     recursive: true,
     filter: (source) => {
-      if (source === layout.etcdDataDir || source.endsWith("/data") || source.endsWith(".sock")) return false;
-      return true;
+      const stat = lstatSync(source);
+      if (!stat.isDirectory() && !stat.isFile()) return false;
+      if (source === layout.etcdDataDir || source.endsWith("/data")) return false;
+      return !(source.startsWith(nodes) && ["containerd", "runc", "kubelet"].includes(basename(source)));
     },
   });
   log(`logs kept in ${to}`);
@@ -337,15 +388,22 @@ async function startStorageEtcd(
   return { url, record };
 }
 
+/**
+ * With real nodes kube-apiserver listens on the bridge gateway instead of loopback (kubelets and
+ * pods reach it there; the `kubernetes` Service's endpoint is kept by the lease reconciler), and
+ * reaches kubelets by their InternalIP with its own client certificate.
+ */
 async function startApiserver(
   layout: InstanceLayout,
   assets: Assets,
   pki: Pki,
   etcdUrl: string,
+  realNodes: boolean,
   fixedPort?: number,
 ): Promise<{ url: string; record: PidRecord }> {
-  const port = fixedPort ?? (await freePort());
-  const url = `https://127.0.0.1:${port}`;
+  const host = realNodes ? layout.network.gateway : "127.0.0.1";
+  const port = fixedPort ?? (await freePortOn(host));
+  const url = `https://${host}:${port}`;
   const log = logFile(layout, "kube-apiserver");
   const record = startDaemon({
     name: "kube-apiserver",
@@ -358,8 +416,8 @@ async function startApiserver(
       `--tls-private-key-file=${pki.files.apiserverKey}`,
       `--client-ca-file=${pki.files.caCert}`,
       `--secure-port=${port}`,
-      "--bind-address=127.0.0.1",
-      "--advertise-address=127.0.0.1",
+      `--bind-address=${host}`,
+      `--advertise-address=${host}`,
       `--service-cluster-ip-range=${SERVICE_CIDR}`,
       "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
       `--service-account-key-file=${pki.files.saPub}`,
@@ -367,7 +425,14 @@ async function startApiserver(
       "--authorization-mode=Node,RBAC",
       "--allow-privileged=true",
       "--profiling=false",
-      "--endpoint-reconciler-type=none",
+      ...(realNodes
+        ? [
+            "--endpoint-reconciler-type=lease",
+            "--kubelet-preferred-address-types=InternalIP",
+            `--kubelet-client-certificate=${pki.files.kubeletClientCert}`,
+            `--kubelet-client-key=${pki.files.kubeletClientKey}`,
+          ]
+        : ["--endpoint-reconciler-type=none"]),
       "--v=1",
     ],
     env: pathEnv(),
@@ -420,6 +485,39 @@ async function startControllerManager(layout: InstanceLayout, assets: Assets, pk
     async () => (await httpsGet(`https://127.0.0.1:${port}/healthz`, { insecure: true })).status === 200,
     {
       what: "kube-controller-manager",
+      timeoutMs: 60_000,
+      intervalMs: 250,
+      alive: () => isOurProcess(record),
+      logFile: log,
+    },
+  );
+  return record;
+}
+
+/** Real nodes need the scheduler (the process kubelet takes its pods itself). */
+async function startScheduler(layout: InstanceLayout, assets: Assets): Promise<PidRecord> {
+  const port = await freePort();
+  const log = logFile(layout, "kube-scheduler");
+  const record = startDaemon({
+    name: "kube-scheduler",
+    command: assets.node.kubeScheduler,
+    args: [
+      `--kubeconfig=${layout.kubeconfigPath}`,
+      `--authentication-kubeconfig=${layout.kubeconfigPath}`,
+      `--authorization-kubeconfig=${layout.kubeconfigPath}`,
+      "--bind-address=127.0.0.1",
+      `--secure-port=${port}`,
+      "--leader-elect=false",
+      "--v=1",
+    ],
+    env: pathEnv(),
+    logFile: log,
+    pidFile: pidFile(layout, "kube-scheduler"),
+  });
+  await waitUntil(
+    async () => (await httpsGet(`https://127.0.0.1:${port}/healthz`, { insecure: true })).status === 200,
+    {
+      what: "kube-scheduler",
       timeoutMs: 60_000,
       intervalMs: 250,
       alive: () => isOurProcess(record),
@@ -508,9 +606,16 @@ export async function startLocalCluster(options: LocalClusterOptions = {}): Prom
   const log = options.log ?? ((line: string) => process.stderr.write(`[local ${name}] ${line}\n`));
   const layout = instanceLayout(name);
   // versitygw is only built for a cluster that runs the object store.
+  const realNodes = options.realNodes ?? 0;
+  // versitygw and the real nodes' binaries are only built for an instance that runs them.
   const assets = await ensureAssets({
     log,
-    only: options.objectStore ? undefined : ["kubernetes", "etcd"],
+    only: [
+      "kubernetes",
+      "etcd",
+      ...(options.objectStore ? (["versitygw"] as const) : []),
+      ...(realNodes > 0 ? (["node", "coredns"] as const) : []),
+    ],
   });
 
   // Two live owners of one instance would tear down each other's cluster: refuse clearly.
@@ -554,7 +659,9 @@ export async function startLocalCluster(options: LocalClusterOptions = {}): Prom
       s3Starting.catch(() => {});
     }
     const etcd = await timed(log, "etcd (storage)", () => startStorageEtcd(layout, assets));
-    const apiserver = await timed(log, "kube-apiserver", () => startApiserver(layout, assets, pki, etcd.url));
+    const apiserver = await timed(log, "kube-apiserver", () =>
+      startApiserver(layout, assets, pki, etcd.url, realNodes > 0),
+    );
     writeFileSync(layout.kubeconfigPath, kubeconfigYaml(apiserver.url, pki, name), { mode: 0o600 });
     await timed(log, "kube-controller-manager", () => startControllerManager(layout, assets, pki));
     await timed(log, "default service account and root CA bundle", () =>
@@ -572,7 +679,33 @@ export async function startLocalCluster(options: LocalClusterOptions = {}): Prom
       redisUrl = redis.url;
       redisPort = redis.port;
     }
-    if (options.kubelet ?? true) {
+    let nodeNames: string[] | undefined;
+    if (realNodes > 0) {
+      await timed(log, "kube-scheduler", () => startScheduler(layout, assets));
+      const images = await timed(log, "node images", async () =>
+        buildClusterImages(
+          await projectBuildah(cacheRoot()),
+          { etcd: assets.etcd, node: assets.node, coredns: assets.coredns },
+          log,
+        ),
+      );
+      const nodes = await timed(log, `${realNodes} real node(s)`, () =>
+        startRealNodes({
+          instance: layout,
+          count: realNodes,
+          assets,
+          ca: pki.ca,
+          caFile: pki.files.caCert,
+          apiserverUrl: apiserver.url,
+          kubeconfigPath: layout.kubeconfigPath,
+          images: [...images.map((i) => i.archive), ...(options.nodeImages ?? [])],
+          sandboxImage: pauseImage(assets.node),
+          corednsImage: corednsImage(assets.coredns),
+          log,
+        }),
+      );
+      nodeNames = nodes.map((n) => n.name);
+    } else if (options.kubelet ?? true) {
       await timed(log, "process kubelet", () => startKubelet(layout, assets, pki, apiserver.url));
     }
     const s3 = await s3Starting;
@@ -588,6 +721,7 @@ export async function startLocalCluster(options: LocalClusterOptions = {}): Prom
         credentialsFile: join(objectStoreDir(layout), CREDENTIALS_FILE),
       },
       nodeName: NODE_NAME,
+      realNodes: nodeNames,
       dir: layout.dir,
       network: layout.network,
       kubernetesVersion: assets.kubernetesVersion,
@@ -600,7 +734,7 @@ export async function startLocalCluster(options: LocalClusterOptions = {}): Prom
       await stopDaemonFromPidFile(pidFile(layout, "kube-apiserver"));
       log(`kube-apiserver stopped; restarting in ${downMs} ms`);
       await sleep(downMs);
-      await startApiserver(layout, assets, pki, etcd.url, apiserverPort);
+      await startApiserver(layout, assets, pki, etcd.url, realNodes > 0, apiserverPort);
       log("kube-apiserver restarted");
     };
     const restartRedis = async (downMs = 0) => {

@@ -16,6 +16,12 @@ export interface DaemonSpec {
   logFile: string;
   pidFile: string;
   cwd?: string;
+  /**
+   * Run in this network namespace (a name under /var/run/netns) and in no other new namespace:
+   * nsenter execs the command in place, so the pid file still names it. (Not `ip netns exec`,
+   * which also remounts /sys and so hides the cgroup mounts a kubelet and runc need.)
+   */
+  netns?: string;
 }
 
 export interface PidRecord {
@@ -28,7 +34,10 @@ export interface PidRecord {
 export function startDaemon(spec: DaemonSpec): PidRecord {
   const out = openSync(spec.logFile, "a");
   try {
-    const child = spawn(spec.command, spec.args, {
+    const [command, args] = spec.netns
+      ? ["nsenter", [`--net=/var/run/netns/${spec.netns}`, "--", spec.command, ...spec.args]]
+      : [spec.command, spec.args];
+    const child = spawn(command, args, {
       cwd: spec.cwd,
       env: spec.env ?? { PATH: process.env.PATH ?? "/usr/bin:/bin" },
       detached: true,

@@ -62,6 +62,24 @@ ensure_image_packages() {
   fi
 }
 
+# What real nodes run besides the project's own builds: containerd and runc, the CNI plugins,
+# iptables and conntrack for kube-proxy, gcc for the pause binary.
+ensure_node_packages() {
+  local missing=()
+  command -v containerd >/dev/null || missing+=(containerd)
+  command -v runc >/dev/null || missing+=(runc)
+  [ -x /usr/lib/cni/bridge ] || missing+=(containernetworking-plugins)
+  command -v iptables >/dev/null || missing+=(iptables)
+  command -v conntrack >/dev/null || missing+=(conntrack)
+  command -v gcc >/dev/null || missing+=(gcc libc6-dev)
+  if [ "${#missing[@]}" -gt 0 ]; then
+    step "installing Debian packages for real nodes: ${missing[*]}"
+    if [ "$(id -u)" != 0 ]; then echo "need root to apt-get install ${missing[*]}" >&2; exit 1; fi
+    apt-get update -qq >&2
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >&2
+  fi
+}
+
 ensure_npm_deps() {
   local stamp="$EOP_ROOT/node_modules/.eop-lock-hash"
   local want

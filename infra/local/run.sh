@@ -18,7 +18,8 @@ case "$cmd" in
   test)
     ensure_test_packages
     ensure_image_packages
-    step "binaries (kube-apiserver, kube-controller-manager, kubectl, etcd 3.5/3.6/3.7, versitygw; cached in $EOP_CACHE)"
+    ensure_node_packages
+    step "binaries (kube-apiserver, kube-controller-manager, kubectl, etcd 3.5/3.6/3.7, versitygw, kubelet, kube-proxy, kube-scheduler, pause, CoreDNS; cached in $EOP_CACHE)"
     node infra/local/assets.ts >/dev/null
     step "type-check (tsc --noEmit)"
     npx tsc --noEmit
@@ -44,6 +45,7 @@ case "$cmd" in
     exec node infra/local/demo.ts "$@"
     ;;
   local)
+    if [[ "$*" == *--real-nodes* ]]; then ensure_image_packages; ensure_node_packages; fi
     exec node infra/local/cli.ts "$@"
     ;;
   assets)

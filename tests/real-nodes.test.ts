@@ -1,0 +1,240 @@
+// End-to-end on real nodes: two nodes, each its own network namespace with containerd + runc,
+// kubelet v1.34.4 and kube-proxy (iptables), pods on a CNI bridge, CoreDNS as the cluster DNS.
+// Proves the nodes themselves (DNS, Services, pod networking across nodes, kubelet's API, images
+// missing on a node), then the operator making a cluster on them whose members find each other
+// through CoreDNS only, and finally that stopping the instance leaves nothing in the kernel.
+import { execFileSync } from "node:child_process";
+import { existsSync, readdirSync } from "node:fs";
+import { join } from "node:path";
+import { CustomObjectsApi, type V1Pod, type V1PodSpec } from "@kubernetes/client-node";
+import t from "tap";
+import { installCrds } from "../infra/crds.ts";
+import { ensureAssets } from "../infra/local/assets.ts";
+import { startLocalCluster } from "../infra/local/control-plane.ts";
+import { clientsFor, isReady, readPod, waitFor, waitForPod } from "../infra/local/kube-wait.ts";
+import { mountsUnder } from "../infra/local/nodes/host-state.ts";
+import { CLUSTER_DNS_IP } from "../infra/local/nodes/layout.ts";
+import { Kube } from "../shared/kube.ts";
+import { createCluster, memberEndpoints, waitReady } from "./helpers/clusters.ts";
+import { startOperatorProcess } from "./helpers/operator-processes.ts";
+
+const NS = "default";
+const NAME = "example";
+const BUSYBOX = "docker.io/library/busybox:1.28.0-glibc";
+const ETCD_IMAGE = "quay.io/coreos/etcd:v3.5.35";
+const SHIM_DIR = "/run/containerd/s";
+const shimsBefore = new Set(existsSync(SHIM_DIR) ? readdirSync(SHIM_DIR) : []);
+const assets = await ensureAssets({ only: ["kubernetes", "etcd", "node", "coredns"] });
+const local = await startLocalCluster({ name: "e2e-real-nodes", realNodes: 2 });
+let stopped = false;
+t.teardown(async () => {
+  if (!stopped) await local.stop();
+});
+const { kc, core, apps } = clientsFor(local.kubeconfigPath);
+await installCrds(kc);
+const custom = kc.makeApiClient(CustomObjectsApi);
+const c = { kube: new Kube(kc), core, custom };
+
+function kubectl(...args: string[]): string {
+  return execFileSync(assets.kubectl, ["--kubeconfig", local.kubeconfigPath, ...args], {
+    encoding: "utf8",
+    stdio: ["ignore", "pipe", "pipe"],
+  });
+}
+
+function pinned(name: string, node: string, spec: V1PodSpec): V1Pod {
+  return {
+    metadata: { name, namespace: NS, labels: { app: name } },
+    spec: { ...spec, nodeName: node },
+  };
+}
+
+async function runningPod(pod: V1Pod): Promise<V1Pod> {
+  await core.createNamespacedPod({ namespace: NS, body: pod });
+  const name = pod.metadata?.name ?? "";
+  return waitForPod(core, NS, name, "Ready", isReady);
+}
+
+/** An HTTP GET from inside a pod with busybox's nc (its wget is not built for this). */
+function getFrom(pod: string, host: string, port: number, path: string): string {
+  return kubectl(
+    "exec",
+    pod,
+    "--",
+    "sh",
+    "-c",
+    `printf 'GET ${path} HTTP/1.0\\r\\n\\r\\n' | nc -w 3 ${host} ${port}`,
+  );
+}
+
+t.test("two real nodes: containerd, kubelet v1.34.4, Ready", async (t) => {
+  const nodes = (await core.listNode()).items;
+  t.same(nodes.map((n) => n.metadata?.name).sort(), ["node-1", "node-2"], "the nodes registered themselves");
+  for (const node of nodes) {
+    const name = node.metadata?.name;
+    t.ok(
+      node.status?.conditions?.some((x) => x.type === "Ready" && x.status === "True"),
+      `${name} Ready`,
+    );
+    t.match(node.status?.nodeInfo?.containerRuntimeVersion, /^containerd:\/\/1\./, `${name} runs containerd`);
+    t.equal(node.status?.nodeInfo?.kubeletVersion, "v1.34.4", `${name}'s kubelet is v1.34.4`);
+    t.notOk(node.spec?.taints?.length, `${name} has no taint left`);
+  }
+  t.same(local.realNodes, ["node-1", "node-2"], "the instance's state names them");
+});
+
+t.test("CoreDNS serves the cluster DNS Service, one replica per node", async (t) => {
+  const dns = await core.readNamespacedService({ namespace: "kube-system", name: "kube-dns" });
+  t.equal(dns.spec?.clusterIP, CLUSTER_DNS_IP, "kube-dns has kubeadm's address");
+  const deployment = await apps.readNamespacedDeployment({ namespace: "kube-system", name: "coredns" });
+  t.equal(deployment.status?.readyReplicas, 2, "both replicas ready");
+  const pods = (await core.listNamespacedPod({ namespace: "kube-system", labelSelector: "k8s-app=kube-dns" }))
+    .items;
+  t.same(pods.map((p) => p.spec?.nodeName).sort(), ["node-1", "node-2"], "spread over the nodes");
+});
+
+t.test("pods: DNS names and ClusterIPs through kube-proxy, across nodes, from the host", async (t) => {
+  const server = await runningPod(
+    pinned("server", "node-2", {
+      containers: [
+        {
+          name: "etcd",
+          image: ETCD_IMAGE,
+          imagePullPolicy: "IfNotPresent",
+          command: ["/usr/local/bin/etcd"],
+          args: ["--listen-client-urls=http://0.0.0.0:2379", "--advertise-client-urls=http://server:2379"],
+        },
+      ],
+    }),
+  );
+  await core.createNamespacedService({
+    namespace: NS,
+    body: {
+      metadata: { name: "server" },
+      spec: { selector: { app: "server" }, ports: [{ port: 80, targetPort: 2379 }] },
+    },
+  });
+  const client = await runningPod(
+    pinned("client", "node-1", {
+      containers: [
+        { name: "sh", image: BUSYBOX, imagePullPolicy: "IfNotPresent", command: ["sleep", "3600"] },
+      ],
+    }),
+  );
+  t.not(client.spec?.nodeName, server.spec?.nodeName, "client and server on different nodes");
+  // A dotted name short of the cluster domain, as the operator's DNS check asks: found through the
+  // pod's search path, as busybox 1.28's nslookup (libc's resolver) does.
+  const lookup = kubectl("exec", "client", "--", "nslookup", "kubernetes.default.svc");
+  t.match(
+    lookup,
+    /Address 1: 10\.96\.0\.1 kubernetes\.default\.svc\.cluster\.local/,
+    "kubernetes.default.svc resolves to its ClusterIP through CoreDNS",
+  );
+  const resolv = kubectl("exec", "client", "--", "cat", "/etc/resolv.conf");
+  t.match(
+    resolv,
+    new RegExp(`nameserver ${CLUSTER_DNS_IP.replaceAll(".", "\\.")}`),
+    "pods use the cluster DNS",
+  );
+  const service = await core.readNamespacedService({ namespace: NS, name: "server" });
+  const byIp = await waitFor("the Service's ClusterIP to answer", async () => {
+    const out = getFrom("client", service.spec?.clusterIP ?? "", 80, "/version");
+    return out.includes("etcdserver") ? out : undefined;
+  });
+  t.match(
+    byIp,
+    /"etcdserver":"3\.5\.35"/,
+    "ClusterIP port 80 reaches the pod on the other node (kube-proxy DNAT)",
+  );
+  t.match(
+    getFrom("client", "server.default.svc.cluster.local", 80, "/version"),
+    /etcdserver/,
+    "and by DNS name",
+  );
+  t.match(
+    getFrom("client", server.status?.podIP ?? "", 2379, "/version"),
+    /etcdserver/,
+    "pod to pod across nodes",
+  );
+  const fromHost = await fetch(`http://${server.status?.podIP}:2379/version`);
+  t.match(await fromHost.text(), /etcdserver/, "the host reaches pods by IP");
+  t.match(kubectl("logs", "server"), /serving client traffic/, "kubectl logs goes through the kubelet");
+  const hosts = kubectl("exec", "client", "--", "cat", "/etc/hosts");
+  t.notMatch(hosts, /server/, "no /etc/hosts entry for other pods: names come from DNS only");
+});
+
+t.test("an image no one built gives ErrImagePull, not a hang", async (t) => {
+  await core.createNamespacedPod({
+    namespace: NS,
+    body: pinned("missing-image", "node-1", {
+      containers: [
+        { name: "x", image: "docker.io/library/not-built-here:1.0", imagePullPolicy: "IfNotPresent" },
+      ],
+    }),
+  });
+  const reason = await waitFor(
+    "the pod to report its image pull failure",
+    async () => {
+      const pod = await readPod(core, NS, "missing-image");
+      const waiting = pod?.status?.containerStatuses?.[0]?.state?.waiting?.reason;
+      return waiting === "ErrImagePull" || waiting === "ImagePullBackOff" ? waiting : undefined;
+    },
+    { timeoutMs: 90_000, intervalMs: 500 },
+  );
+  t.ok(["ErrImagePull", "ImagePullBackOff"].includes(reason), `waiting: ${reason}`);
+});
+
+t.test("the operator makes a 3-member cluster over both nodes; members find each other by DNS", async (t) => {
+  const operator = startOperatorProcess(local, "all");
+  t.teardown(() => operator.kill("SIGKILL"));
+  await createCluster(c, NS, NAME, { size: 3, version: "3.5.35" });
+  await waitReady(c, NS, NAME, 3, 180_000);
+  const pods = (await core.listNamespacedPod({ namespace: NS, labelSelector: `etcd_cluster=${NAME}` })).items;
+  t.same(
+    [...new Set(pods.map((p) => p.spec?.nodeName))].sort(),
+    ["node-1", "node-2"],
+    "members on both nodes",
+  );
+  const statuses = await Promise.all(
+    (await memberEndpoints(c, NS, NAME)).map(async (e) => (await fetch(`${e}/health`)).json()),
+  );
+  t.same(
+    statuses.map((s) => (s as { health?: string }).health),
+    ["true", "true", "true"],
+    "every member healthy",
+  );
+});
+
+t.test("stopping the instance leaves no process, mount, namespace, cgroup or route", async (t) => {
+  const dir = local.dir;
+  await local.stop();
+  stopped = true;
+  const leftovers = execFileSync("ps", ["-eo", "args"], { encoding: "utf8" })
+    .split("\n")
+    .filter((line) => line.includes(dir) || /containerd-shim|\/pause$|coredns/.test(line));
+  t.same(leftovers, [], "no process");
+  t.same(mountsUnder(dir), [], "no mount");
+  const netns = existsSync("/var/run/netns") ? readdirSync("/var/run/netns") : [];
+  t.same(
+    netns.filter((n) => n.startsWith(local.network.netnsPrefix)),
+    [],
+    "no network namespace",
+  );
+  const slot = local.network.netnsPrefix.replace(/^eop|-$/g, "");
+  const cgroups = readdirSync("/sys/fs/cgroup").flatMap((h) =>
+    existsSync(join("/sys/fs/cgroup", h, `eop${slot}-node1`)) ? [h] : [],
+  );
+  t.same(cgroups, [], "no cgroup");
+  t.notMatch(
+    execFileSync("ip", ["route"], { encoding: "utf8" }),
+    new RegExp(local.network.bridge),
+    "no route",
+  );
+  t.notOk(existsSync(dir), "no files");
+  const shims = existsSync(SHIM_DIR) ? readdirSync(SHIM_DIR) : [];
+  t.same(
+    shims.filter((s) => !shimsBefore.has(s)),
+    [],
+    "no containerd shim socket",
+  );
+});
