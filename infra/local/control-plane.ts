@@ -38,8 +38,8 @@ import {
   waitUntil,
 } from "./daemons.ts";
 import { deleteBridge, deletePodNetwork, ensureBridge, listNetns } from "./kubelet/sandbox.ts";
-import { DEFAULT_INSTANCE, type InstanceLayout, instanceLayout } from "./layout.ts";
-import { cleanupRealNodes, startRealNodes } from "./nodes/real-nodes.ts";
+import { DEFAULT_INSTANCE, type InstanceLayout, instanceLayout, SERVICE_CIDR } from "./layout.ts";
+import { cleanupRealNodes, loseRealNode, startRealNodes } from "./nodes/real-nodes.ts";
 import {
   CREDENTIALS_FILE,
   OBJECT_STORE_STOP_GRACE_MS,
@@ -49,8 +49,6 @@ import {
 import { startRedis } from "./redis.ts";
 
 export const NODE_NAME = "local-node";
-/** Service IPs are allocated by the apiserver but never routed (no kube-proxy): names resolve to pod IPs. */
-const SERVICE_CIDR = "10.96.0.0/24";
 
 export interface LocalClusterOptions {
   name?: string;
@@ -99,6 +97,8 @@ export interface LocalCluster extends LocalClusterState {
   restartApiserver(downMs?: number): Promise<void>;
   /** Stops Redis and starts it again on the same port (its append-only file keeps the data). */
   restartRedis(downMs?: number): Promise<void>;
+  /** Loses a real node as a machine is lost (see nodes/real-nodes.ts loseRealNode). */
+  loseNode(name: string): Promise<void>;
 }
 
 const DAEMONS = [
@@ -744,7 +744,8 @@ export async function startLocalCluster(options: LocalClusterOptions = {}): Prom
       await startRedis({ ...redisOptions, port: redisPort });
       log("redis restarted");
     };
-    return { ...state, s3, stop, restartApiserver, restartRedis };
+    const loseNode = (node: string) => loseRealNode(layout, node);
+    return { ...state, s3, stop, restartApiserver, restartRedis, loseNode };
   } catch (error) {
     // Leave the logs for the error message, but no processes or namespaces.
     const reason = error instanceof Error ? error.message : String(error);

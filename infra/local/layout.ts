@@ -34,6 +34,12 @@ export interface InstanceLayout {
 
 export const DEFAULT_INSTANCE = "default";
 
+/**
+ * The Services' ClusterIP range. With the process kubelet these addresses are allocated but never
+ * routed (no kube-proxy; names resolve to pod IPs); real nodes run kube-proxy.
+ */
+export const SERVICE_CIDR = "10.96.0.0/24";
+
 export function runRoot(): string {
   return process.env.EOP_RUN_DIR ?? join(tmpdir(), "etcd-operator-local");
 }

@@ -10,7 +10,7 @@ import type { CertificateAuthority } from "../../../shared/pki.ts";
 import type { Assets } from "../assets.ts";
 import { isOurProcess, type PidRecord, readPidFile, stopDaemon, tailFile, waitUntil } from "../daemons.ts";
 import { createPodNetwork, deletePodNetwork } from "../kubelet/sandbox.ts";
-import type { InstanceLayout } from "../layout.ts";
+import { type InstanceLayout, SERVICE_CIDR } from "../layout.ts";
 import { importImages, startContainerd } from "./containerd.ts";
 import { createNodeCgroup, removeNodeCgroup, unmountUnder } from "./host-state.ts";
 import {
@@ -81,6 +81,10 @@ async function wireNode(o: RealNodesOptions, node: RealNodeLayout, all: RealNode
     "net.bridge.bridge-nf-call-iptables=1",
   ]);
   await run("ip", ["route", "replace", node.podCidr, "via", node.ip, "dev", net.bridge]);
+  // The host (kube-apiserver calling a webhook, a test) reaches ClusterIPs as a control-plane node
+  // with kube-proxy would: through the first node's rules, which masquerade what does not come
+  // from a pod, so the answer comes back the same way.
+  if (node.index === 1) await routeServicesVia(o.instance, node);
   for (const other of all) {
     if (other.name === node.name) continue;
     await run("ip", ["-n", node.netns, "route", "replace", other.podCidr, "via", other.ip, "dev", "eth0"]);
@@ -186,6 +190,40 @@ export async function startRealNodes(o: RealNodesOptions): Promise<RealNodeLayou
     throw new Error(`CoreDNS did not become ready\n${logs.join("\n")}`, { cause: error });
   });
   return nodes;
+}
+
+function agentRunning(instance: InstanceLayout, node: RealNodeLayout, agent: string): boolean {
+  const record = readPidFile(pidFileOf(instance, node, agent));
+  return record !== undefined && isOurProcess(record);
+}
+
+async function routeServicesVia(instance: InstanceLayout, node: RealNodeLayout): Promise<void> {
+  await run("ip", ["route", "replace", SERVICE_CIDR, "via", node.ip, "dev", instance.network.bridge]);
+}
+
+/**
+ * A node lost as a machine is lost: its agents and containers SIGKILLed, its network link down (so
+ * its addresses stop answering rather than refuse). Its pods stay in the API as the node left them;
+ * the instance's cleanup removes what remains.
+ */
+export async function loseRealNode(instance: InstanceLayout, name: string): Promise<void> {
+  const node = realNodeLayouts(instance, MAX_REAL_NODES).find((n) => n.name === name);
+  if (!node || !existsSync(node.dir)) throw new Error(`no real node ${name} in this instance`);
+  for (const agent of AGENTS) {
+    const record = readPidFile(pidFileOf(instance, node, agent));
+    if (record && isOurProcess(record)) await stopDaemon(record, 0);
+  }
+  await removeNodeCgroup(node.cgroupRoot);
+  await run("ip", ["-n", node.netns, "link", "set", "dev", "eth0", "down"]);
+  // The host's way to the ClusterIPs stands in for a control-plane node's own kube-proxy, which a
+  // worker's loss does not take down: it moves to a node still up.
+  const { stdout } = await run("ip", ["route", "show", SERVICE_CIDR]);
+  if (stdout.includes(` via ${node.ip} `)) {
+    const up = realNodeLayouts(instance, MAX_REAL_NODES).find(
+      (n) => n.name !== name && agentRunning(instance, n, "kube-proxy"),
+    );
+    if (up) await routeServicesVia(instance, up);
+  }
 }
 
 /**

@@ -1,0 +1,302 @@
+// The operator installed as users install it: the image built from the Dockerfile, `helm install`
+// of charts/etcd-operator with its bundled Redis, on three real nodes (containerd, kubelet,
+// kube-proxy, CoreDNS). Then what a user does with kubectl: the example cluster, kubectl scale,
+// a member pod deleted, an upgrade, a node lost, the operator's pods deleted mid-scale, the
+// webhook and the HTTP trigger through their Service, and `helm uninstall`. The node is lost
+// first, while the three members are one per node; the rest runs on the two nodes left.
+import { execFileSync } from "node:child_process";
+import { Agent, request } from "node:https";
+import { CustomObjectsApi, RbacAuthorizationV1Api } from "@kubernetes/client-node";
+import t from "tap";
+import { buildOperatorImage } from "../infra/image/build.ts";
+import { fullImageName } from "../infra/image/cluster-images.ts";
+import { ensureAssets } from "../infra/local/assets.ts";
+import { startLocalCluster } from "../infra/local/control-plane.ts";
+import { helmPath } from "../infra/local/helm.ts";
+import { clientsFor, eventsFor, waitFor } from "../infra/local/kube-wait.ts";
+import { endpointStatuses } from "../shared/etcd-members.ts";
+import { Kube } from "../shared/kube.ts";
+import { getCluster, memberEndpoints, patchSpec, waitReady } from "./helpers/clusters.ts";
+
+const NS = "etcd-operator";
+const RELEASE = "eop";
+const EXAMPLE = "example-etcd-cluster";
+const image = await buildOperatorImage({ progress: (line) => t.comment(line) });
+const assets = await ensureAssets({ only: ["kubernetes", "etcd", "node", "coredns"] });
+const local = await startLocalCluster({
+  name: "e2e-helm",
+  realNodes: 3,
+  redis: false,
+  nodeImages: [image.archive],
+});
+t.teardown(() => local.stop());
+const { kc, core, apps } = clientsFor(local.kubeconfigPath);
+const custom = kc.makeApiClient(CustomObjectsApi);
+const c = { kube: new Kube(kc), core, custom };
+
+function run(command: string, args: string[], input?: string): string {
+  try {
+    return execFileSync(command, args, {
+      encoding: "utf8",
+      input,
+      stdio: ["pipe", "pipe", "pipe"],
+      env: { ...process.env, KUBECONFIG: local.kubeconfigPath },
+    });
+  } catch (error) {
+    const stderr = (error as { stderr?: string }).stderr ?? "";
+    throw new Error(`${command} ${args.join(" ")} failed: ${stderr.trim()}`, { cause: error });
+  }
+}
+const kubectl = (...args: string[]) => run(assets.kubectl, args);
+const helm = (...args: string[]) => run(helmPath(), args);
+
+async function membersOf(name: string) {
+  return (
+    await core.listNamespacedPod({ namespace: NS, labelSelector: `etcd_cluster=${name}` })
+  ).items.filter((p) => !p.metadata?.deletionTimestamp);
+}
+
+t.test("helm install: the operator's pods run the built image and are Ready", async (t) => {
+  const out = helm(
+    "install",
+    RELEASE,
+    "charts/etcd-operator",
+    "--namespace",
+    NS,
+    "--create-namespace",
+    "--set",
+    `image.tag=${image.name.split(":").at(-1)}`,
+    // A lost node's members are replaced after 20 s instead of a minute.
+    "--set",
+    "config.extraEnv[0].name=MEMBER_UNHEALTHY_GRACE_MS",
+    "--set-string",
+    "config.extraEnv[0].value=20000",
+    "--wait",
+    "--timeout",
+    "300s",
+  );
+  t.match(out, /STATUS: deployed/, "the release is deployed");
+  const deployments = (await apps.listNamespacedDeployment({ namespace: NS })).items;
+  t.ok(deployments.length >= 4, `controller, worker, http and redis deployments (${deployments.length})`);
+  for (const d of deployments)
+    t.equal(d.status?.readyReplicas, d.spec?.replicas, `${d.metadata?.name}: every replica Ready`);
+  const pods = (await core.listNamespacedPod({ namespace: NS })).items;
+  const images = new Set(
+    pods.flatMap((p) => p.spec?.containers.map((x) => fullImageName(x.image ?? "")) ?? []),
+  );
+  t.ok(images.has(image.name), `the operator runs ${image.name}`);
+  t.ok(
+    pods.every((p) => p.spec?.serviceAccountName?.startsWith(RELEASE) || p.metadata?.name?.includes("redis")),
+    "with the chart's ServiceAccount",
+  );
+});
+
+t.test("the seeds' example cluster applied with kubectl becomes Available", async (t) => {
+  kubectl("apply", "--namespace", NS, "-f", "manifests/examples/example-etcd-cluster.yaml");
+  await waitReady(c, NS, EXAMPLE, 3, 180_000);
+  const pods = await membersOf(EXAMPLE);
+  t.equal(pods.length, 3, "3 member pods");
+  t.equal(new Set(pods.map((p) => p.spec?.nodeName)).size, 3, "one per node");
+  const cluster = await getCluster(c, NS, EXAMPLE);
+  t.equal(cluster.status?.conditions?.find((x) => x.type === "Available")?.status, "True", "Available");
+});
+
+t.test("a whole node lost: quorum kept, its member re-created on another node", async (t) => {
+  const pods = await membersOf(EXAMPLE);
+  t.equal(new Set(pods.map((p) => p.spec?.nodeName)).size, 3, "one member per node before the loss");
+  // Not the node of the bundled Redis or of the watcher: the operator itself would then wait for
+  // Kubernetes to evict them (5 minutes by default); the chart's Redis is one replica.
+  const operatorPods = (
+    await core.listNamespacedPod({ namespace: NS, labelSelector: `app.kubernetes.io/instance=${RELEASE}` })
+  ).items;
+  const busy = new Set(
+    operatorPods.filter((p) => /redis|controller/.test(p.metadata?.name ?? "")).map((p) => p.spec?.nodeName),
+  );
+  const lostNode = pods.map((p) => p.spec?.nodeName ?? "").find((n) => !busy.has(n)) ?? "";
+  t.ok(lostNode, `a node with a member and neither Redis nor the watcher: ${lostNode}`);
+  const lostMember = pods.find((p) => p.spec?.nodeName === lostNode)?.metadata?.name ?? "";
+  await local.loseNode(lostNode);
+  const replaced = await waitFor(
+    `the member on ${lostNode} replaced`,
+    async () => {
+      const now = await membersOf(EXAMPLE);
+      const names = now.map((p) => p.metadata?.name);
+      if (names.includes(lostMember) || now.length !== 3) return undefined;
+      const statuses = await endpointStatuses(await memberEndpoints(c, NS, EXAMPLE), { timeoutMs: 2000 });
+      return statuses.filter((s) => s.ok).length >= 3 ? now : undefined;
+    },
+    { timeoutMs: 240_000, intervalMs: 1000 },
+  );
+  t.notOk(
+    replaced.some((p) => p.spec?.nodeName === lostNode),
+    `no member left on ${lostNode}; the new one runs on ${replaced.map((p) => p.spec?.nodeName).join(", ")}`,
+  );
+  const cluster = await getCluster(c, NS, EXAMPLE);
+  t.equal(cluster.status?.readyMembers, 3, "3 ready members");
+  // What an administrator does once the machine is known to be gone: its pods then go too.
+  kubectl("delete", "node", lostNode);
+  await waitFor(
+    `the pods of ${lostNode} to be gone`,
+    async () => {
+      const left = (await core.listPodForAllNamespaces({ fieldSelector: `spec.nodeName=${lostNode}` })).items;
+      return left.length === 0 ? true : undefined;
+    },
+    { timeoutMs: 120_000 },
+  );
+  t.pass(`after kubectl delete node ${lostNode}, no pod is left on it`);
+});
+
+t.test("the webhook, called by kube-apiserver through its Service, refuses an invalid cluster", async (t) => {
+  const bad = {
+    apiVersion: "etcd.database.coreos.com/v1beta2",
+    kind: "EtcdCluster",
+    metadata: { name: "bad" },
+  };
+  let refused = "";
+  try {
+    run(
+      assets.kubectl,
+      ["apply", "--namespace", NS, "-f", "-"],
+      JSON.stringify({ ...bad, spec: { size: 3, version: "2.3.8" } }),
+    );
+  } catch (error) {
+    refused = error instanceof Error ? error.message : String(error);
+  }
+  t.match(refused, /admission webhook .* denied the request/, "kubectl apply refused by the webhook");
+});
+
+t.test("kubectl scale 3 → 5 → 3, the operator's pods deleted in the middle", async (t) => {
+  kubectl("scale", "--namespace", NS, `etcdcluster/${EXAMPLE}`, "--replicas=5");
+  await waitFor(
+    "a fourth member to be added",
+    async () => ((await membersOf(EXAMPLE)).length >= 4 ? true : undefined),
+    {
+      timeoutMs: 60_000,
+      intervalMs: 200,
+    },
+  );
+  kubectl("delete", "pods", "--namespace", NS, "-l", "app.kubernetes.io/instance=eop", "--wait=false");
+  await waitReady(c, NS, EXAMPLE, 5, 240_000);
+  t.equal((await membersOf(EXAMPLE)).length, 5, "5 members after the operator came back");
+  kubectl("scale", "--namespace", NS, `etcdcluster/${EXAMPLE}`, "--replicas=3");
+  await waitReady(c, NS, EXAMPLE, 3, 180_000);
+  await waitFor(
+    "two member pods to go",
+    async () => ((await membersOf(EXAMPLE)).length === 3 ? true : undefined),
+    {
+      timeoutMs: 60_000,
+    },
+  );
+  t.pass("scaled back to 3");
+});
+
+t.test("a member pod deleted is replaced", async (t) => {
+  const [victim] = await membersOf(EXAMPLE);
+  const name = victim?.metadata?.name ?? "";
+  kubectl("delete", "pod", "--namespace", NS, name, "--wait=false");
+  await waitFor(
+    `${name} replaced`,
+    async () => {
+      const names = (await membersOf(EXAMPLE)).map((p) => p.metadata?.name);
+      return names.length === 3 && !names.includes(name) ? true : undefined;
+    },
+    { timeoutMs: 120_000 },
+  );
+  await waitReady(c, NS, EXAMPLE, 3, 120_000);
+  t.pass(`${name} replaced by a new member`);
+});
+
+t.test("the manual trigger over HTTP, through the chart's Service", async (t) => {
+  const rbac = kc.makeApiClient(RbacAuthorizationV1Api);
+  await core.createNamespacedServiceAccount({ namespace: NS, body: { metadata: { name: "trigger" } } });
+  await rbac.createNamespacedRole({
+    namespace: NS,
+    body: {
+      metadata: { name: "trigger" },
+      rules: [
+        { apiGroups: ["etcd.database.coreos.com"], resources: ["etcdclusters"], verbs: ["get", "update"] },
+      ],
+    },
+  });
+  await rbac.createNamespacedRoleBinding({
+    namespace: NS,
+    body: {
+      metadata: { name: "trigger" },
+      roleRef: { apiGroup: "rbac.authorization.k8s.io", kind: "Role", name: "trigger" },
+      subjects: [{ kind: "ServiceAccount", name: "trigger", namespace: NS }],
+    },
+  });
+  const token = (
+    await core.createNamespacedServiceAccountToken({
+      namespace: NS,
+      name: "trigger",
+      body: { spec: { audiences: [] } },
+    })
+  ).status?.token;
+  const service = await core.readNamespacedService({ namespace: NS, name: `${RELEASE}-etcd-operator-http` });
+  const url = `https://${service.spec?.clusterIP}:443/v1/namespaces/${NS}/etcdclusters/${EXAMPLE}/reconcile`;
+  // The chart's certificate is self-signed for the Service's DNS names; the host has no cluster DNS.
+  const status = await new Promise<number>((resolve, reject) => {
+    const req = request(url, {
+      method: "POST",
+      headers: { authorization: `Bearer ${token}` },
+      agent: new Agent({ rejectUnauthorized: false }),
+    });
+    req.on("response", (res) => {
+      res.resume();
+      resolve(res.statusCode ?? 0);
+    });
+    req.on("error", reject);
+    req.end();
+  });
+  t.equal(status, 202, "POST …/reconcile answers 202 through the ClusterIP");
+});
+
+t.test("an upgrade 3.5 → 3.6 applied with kubectl", async (t) => {
+  const manifest = {
+    apiVersion: "etcd.database.coreos.com/v1beta2",
+    kind: "EtcdCluster",
+    metadata: { name: "upgrade" },
+    spec: { size: 3, version: "3.5.35" },
+  };
+  run(assets.kubectl, ["apply", "--namespace", NS, "-f", "-"], JSON.stringify(manifest));
+  await waitReady(c, NS, "upgrade", 3, 180_000);
+  await patchSpec(c, NS, "upgrade", { version: "3.6.16" });
+  const versions = await waitFor(
+    "every member on 3.6.16",
+    async () => {
+      const statuses = await endpointStatuses(await memberEndpoints(c, NS, "upgrade"), { timeoutMs: 2000 });
+      const v = statuses.map((s) => s.version);
+      return v.length === 3 && v.every((x) => x === "3.6.16") ? v : undefined;
+    },
+    { timeoutMs: 300_000, intervalMs: 1000 },
+  );
+  t.same(versions, ["3.6.16", "3.6.16", "3.6.16"], "all three members run 3.6.16");
+  const reasons = (await eventsFor(core, NS, "upgrade")).map((e) => e.reason);
+  t.ok(reasons.includes("MemberUpgraded"), "MemberUpgraded Events");
+  kubectl("delete", "etcdcluster", "--namespace", NS, "upgrade", "--wait=true");
+});
+
+t.test("helm uninstall and deleting the cluster leave nothing of the operator", async (t) => {
+  kubectl("delete", "etcdcluster", "--namespace", NS, EXAMPLE, "--wait=true", "--timeout=120s");
+  helm("uninstall", RELEASE, "--namespace", NS, "--wait", "--timeout", "120s");
+  const left = kubectl(
+    "get",
+    "deployments,services,configmaps,secrets,roles,rolebindings",
+    "--namespace",
+    NS,
+    "-o",
+    "name",
+  )
+    .split("\n")
+    .filter((line) => line && !line.includes("kube-root-ca.crt") && !line.includes("/trigger"));
+  t.same(left, [], "no deployment, service, configmap, secret or RBAC of the release");
+  const webhooks = kubectl("get", "validatingwebhookconfigurations", "-o", "name");
+  t.notMatch(webhooks, /etcd-operator/, "the webhook configuration is gone");
+  const crds = kubectl("get", "crds", "-o", "name");
+  t.match(
+    crds,
+    /etcdclusters\.etcd\.database\.coreos\.com/,
+    "the CRDs stay (Helm keeps crds/), as users expect",
+  );
+});
