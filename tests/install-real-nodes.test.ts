@@ -6,24 +6,30 @@
 // operator from each kustomize overlay (kubectl apply -k). The node is lost
 // first, while the three members are one per node; the rest runs on the two nodes left.
 import { execFileSync } from "node:child_process";
+import { randomBytes } from "node:crypto";
+import { readFileSync } from "node:fs";
 import { Agent, request } from "node:https";
+import { CreateBucketCommand, HeadObjectCommand, S3Client } from "@aws-sdk/client-s3";
 import { CustomObjectsApi, RbacAuthorizationV1Api } from "@kubernetes/client-node";
+import { Etcd3 } from "etcd3";
 import t, { type Test } from "tap";
+import { parse } from "yaml";
 import { buildOperatorImage } from "../infra/image/build.ts";
-import { fullImageName } from "../infra/image/cluster-images.ts";
+import { fullImageName, versitygwImage } from "../infra/image/cluster-images.ts";
 import { ensureAssets } from "../infra/local/assets.ts";
 import { startLocalCluster } from "../infra/local/control-plane.ts";
 import { helmPath } from "../infra/local/helm.ts";
 import { clientsFor, eventsFor, waitFor } from "../infra/local/kube-wait.ts";
 import { endpointStatuses } from "../shared/etcd-members.ts";
 import { Kube } from "../shared/kube.ts";
+import { awsSecretData, createSecret, waitBackupOutcome } from "./helpers/backups.ts";
 import { getCluster, memberEndpoints, patchSpec, waitReady } from "./helpers/clusters.ts";
 
 const NS = "etcd-operator";
 const RELEASE = "eop";
 const EXAMPLE = "example-etcd-cluster";
 const image = await buildOperatorImage({ progress: (line) => t.comment(line) });
-const assets = await ensureAssets({ only: ["kubernetes", "etcd", "node", "coredns"] });
+const assets = await ensureAssets({ only: ["kubernetes", "etcd", "node", "coredns", "versitygw"] });
 const local = await startLocalCluster({
   name: "e2e-helm",
   realNodes: 3,
@@ -128,8 +134,8 @@ t.test("a whole node lost: quorum kept, its member re-created on another node", 
     replaced.some((p) => p.spec?.nodeName === lostNode),
     `no member left on ${lostNode}; the new one runs on ${replaced.map((p) => p.spec?.nodeName).join(", ")}`,
   );
-  const cluster = await getCluster(c, NS, EXAMPLE);
-  t.equal(cluster.status?.readyMembers, 3, "3 ready members");
+  await waitReady(c, NS, EXAMPLE, 3, 60_000);
+  t.pass("the status counts 3 ready members");
   // What an administrator does once the machine is known to be gone: its pods then go too.
   kubectl("delete", "node", lostNode);
   await waitFor(
@@ -281,6 +287,97 @@ t.test("an upgrade 3.5 → 3.6 applied with kubectl", async (t) => {
   const reasons = (await eventsFor(core, NS, "upgrade")).map((e) => e.reason);
   t.ok(reasons.includes("MemberUpgraded"), "MemberUpgraded Events");
   kubectl("delete", "etcdcluster", "--namespace", NS, "upgrade", "--wait=true");
+});
+
+t.test("a backup to an S3 store running in the cluster, with the operator's pods deleted", async (t) => {
+  // The store: versitygw's image, as a Deployment and Service beside the clusters.
+  const access = {
+    accessKeyId: "backupuser",
+    secretAccessKey: randomBytes(18).toString("base64url"),
+    region: "us-east-1",
+  };
+  await core.createNamespacedSecret({
+    namespace: NS,
+    body: {
+      metadata: { name: "s3-root" },
+      stringData: {
+        ROOT_ACCESS_KEY_ID: access.accessKeyId,
+        ROOT_SECRET_ACCESS_KEY: access.secretAccessKey,
+      },
+    },
+  });
+  await apps.createNamespacedDeployment({
+    namespace: NS,
+    body: {
+      metadata: { name: "s3" },
+      spec: {
+        selector: { matchLabels: { app: "s3" } },
+        template: {
+          metadata: { labels: { app: "s3" } },
+          spec: {
+            containers: [
+              {
+                name: "versitygw",
+                image: versitygwImage(assets.versitygw),
+                imagePullPolicy: "IfNotPresent",
+                args: ["--port", ":7070", "--region", access.region, "--health", "/health", "posix", "/data"],
+                envFrom: [{ secretRef: { name: "s3-root" } }],
+                readinessProbe: { httpGet: { path: "/health", port: 7070 } },
+                volumeMounts: [{ name: "data", mountPath: "/data" }],
+              },
+            ],
+            volumes: [{ name: "data", emptyDir: {} }],
+          },
+        },
+      },
+    },
+  });
+  await core.createNamespacedService({
+    namespace: NS,
+    body: { metadata: { name: "s3" }, spec: { selector: { app: "s3" }, ports: [{ port: 7070 }] } },
+  });
+  kubectl("rollout", "status", "--namespace", NS, "deployment/s3", "--timeout=120s");
+  const service = await core.readNamespacedService({ namespace: NS, name: "s3" });
+  const s3 = new S3Client({
+    endpoint: `http://${service.spec?.clusterIP}:7070`,
+    region: access.region,
+    forcePathStyle: true,
+    credentials: { accessKeyId: access.accessKeyId, secretAccessKey: access.secretAccessKey },
+  });
+  await waitFor("the store to take a bucket", async () =>
+    s3.send(new CreateBucketCommand({ Bucket: "etcd-backups" })).then(() => true),
+  );
+  await createSecret(c, NS, "aws", awsSecretData(access));
+
+  const etcd = new Etcd3({ hosts: await memberEndpoints(c, NS, EXAMPLE) });
+  t.teardown(() => etcd.close());
+  await etcd.put("before-backup").value("kept");
+  // The seeds' example, with the store's in-cluster address.
+  const backup = parse(readFileSync("manifests/examples/example-etcd-backup-s3.yaml", "utf8")) as {
+    metadata: { name: string };
+    spec: { s3: Record<string, unknown> };
+  };
+  backup.spec.s3.endpoint = "http://s3.etcd-operator.svc:7070";
+  backup.spec.s3.forcePathStyle = true;
+  run(assets.kubectl, ["apply", "--namespace", NS, "-f", "-"], JSON.stringify(backup));
+  // Every operator pod goes as soon as the backup is asked for (one this small may be done by then).
+  kubectl("delete", "pods", "--namespace", NS, "-l", `app.kubernetes.io/instance=${RELEASE}`, "--wait=false");
+  const early = (await c.kube.getBackup(NS, backup.metadata.name))?.status?.succeeded;
+  t.comment(
+    `when the operator's pods were deleted, the backup ${early === undefined ? "was not done" : "was done"}`,
+  );
+  const status = await waitBackupOutcome(c, NS, backup.metadata.name, {
+    timeoutMs: 240_000,
+    intervalMs: 1000,
+  });
+  t.equal(status.succeeded, true, "the backup succeeded with the operator's pods deleted");
+  const stored = await s3.send(
+    new HeadObjectCommand({ Bucket: "etcd-backups", Key: "example-etcd-cluster.backup" }),
+  );
+  t.ok((stored.ContentLength ?? 0) > 0, `the backup is in the store (${stored.ContentLength} bytes)`);
+
+  kubectl("delete", "etcdbackup", "--namespace", NS, backup.metadata.name);
+  kubectl("delete", "deployment/s3", "service/s3", "secret/s3-root", "secret/aws", "--namespace", NS);
 });
 
 t.test("helm uninstall and deleting the cluster leave nothing of the operator", async (t) => {

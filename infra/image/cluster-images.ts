@@ -14,6 +14,8 @@
 //   registry.k8s.io/pause:<version>         the pod sandbox: Kubernetes's static pause binary
 //   registry.k8s.io/coredns/coredns:v<ver>  the cluster DNS: our CoreDNS build, user 65532 as the
 //                                           official image (a distroless base) runs it
+//   docker.io/versity/versitygw:v<version>  an S3-compatible store to run in the cluster (backups
+//                                           to a store that is itself a pod): our versitygw build
 // Each is written as an OCI archive for `ctr images import`, and made again only when its inputs
 // (the binaries, this recipe) changed.
 import { execFile } from "node:child_process";
@@ -24,7 +26,7 @@ import { availableParallelism, tmpdir } from "node:os";
 import { join } from "node:path";
 import { promisify } from "node:util";
 import { DEFAULT_BUSYBOX_IMAGE, DEFAULT_REPOSITORY } from "../../shared/api/etcd-cluster.ts";
-import type { CorednsBuild, EtcdBuild, NodeBuild } from "../local/assets.ts";
+import type { CorednsBuild, EtcdBuild, NodeBuild, VersitygwBuild } from "../local/assets.ts";
 import { type Buildah, hasImage } from "./buildah.ts";
 
 const run = promisify(execFile);
@@ -207,11 +209,45 @@ function corednsRecipe(coredns: CorednsBuild): Recipe {
   };
 }
 
+export function versitygwImage(versitygw: VersitygwBuild): string {
+  return `docker.io/versity/versitygw:v${versitygw.version}`;
+}
+
+function versitygwRecipe(versitygw: VersitygwBuild): Recipe {
+  return {
+    name: versitygwImage(versitygw),
+    inputFiles: [versitygw.versitygw],
+    async make(buildah, container, work) {
+      await buildah.run(
+        ["add", "--chmod", "0755", container, versitygw.versitygw, "/usr/local/bin/versitygw"],
+        {
+          quiet: true,
+        },
+      );
+      await buildah.run(["add", container, await tmpDir(work), "/"], { quiet: true });
+      await buildah.run(
+        [
+          "config",
+          "--entrypoint",
+          '["/usr/local/bin/versitygw"]',
+          "--user",
+          "65532:65532",
+          "--port",
+          "7070",
+          container,
+        ],
+        { quiet: true },
+      );
+    },
+  };
+}
+
 /** What the images are made of; the real nodes' images only when their binaries are given. */
 export interface ClusterImageInputs {
   etcd: EtcdBuild[];
   node?: NodeBuild;
   coredns?: CorednsBuild;
+  versitygw?: VersitygwBuild;
 }
 
 async function inputsDigest(recipe: Recipe): Promise<string> {
@@ -239,6 +275,7 @@ export async function buildClusterImages(
     redisRecipe,
     ...(inputs.node ? [pauseRecipe(inputs.node)] : []),
     ...(inputs.coredns ? [corednsRecipe(inputs.coredns)] : []),
+    ...(inputs.versitygw ? [versitygwRecipe(inputs.versitygw)] : []),
   ];
   for (const recipe of recipes) {
     const digest = await inputsDigest(recipe);

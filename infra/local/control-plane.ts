@@ -613,7 +613,8 @@ export async function startLocalCluster(options: LocalClusterOptions = {}): Prom
     only: [
       "kubernetes",
       "etcd",
-      ...(options.objectStore ? (["versitygw"] as const) : []),
+      // Real nodes also get an image of the S3 store, to run it as a pod.
+      ...(options.objectStore || realNodes > 0 ? (["versitygw"] as const) : []),
       ...(realNodes > 0 ? (["node", "coredns"] as const) : []),
     ],
   });
@@ -685,7 +686,7 @@ export async function startLocalCluster(options: LocalClusterOptions = {}): Prom
       const images = await timed(log, "node images", async () =>
         buildClusterImages(
           await projectBuildah(cacheRoot()),
-          { etcd: assets.etcd, node: assets.node, coredns: assets.coredns },
+          { etcd: assets.etcd, node: assets.node, coredns: assets.coredns, versitygw: assets.versitygw },
           log,
         ),
       );

@@ -48,6 +48,9 @@ redis://{{ include "etcd-operator.fullname" . }}-redis:6379
   value: {{ .Values.config.logLevel | quote }}
 - name: RECONCILE_INTERVAL_MS
   value: {{ .Values.config.reconcileIntervalMs | quote }}
+{{- /* Restores run their init containers from the operator's own image. */}}
+- name: OPERATOR_IMAGE
+  value: {{ include "etcd-operator.image" . | quote }}
 {{- with .Values.config.extraEnv }}
 {{ toYaml . }}
 {{- end }}
