@@ -55,6 +55,28 @@ function run(command: string, args: string[], input?: string): string {
   }
 }
 const kubectl = (...args: string[]) => run(assets.kubectl, args);
+/** kubectl apply of one object, piped in as a user pipes a manifest. */
+const apply = (namespace: string, object: object) =>
+  run(assets.kubectl, ["apply", "--namespace", namespace, "-f", "-"], JSON.stringify(object));
+
+/** What kubectl said when it refused to apply the object; "" when it applied it. */
+function applyError(namespace: string, object: object): string {
+  try {
+    apply(namespace, object);
+    return "";
+  } catch (error) {
+    return error instanceof Error ? error.message : String(error);
+  }
+}
+
+function etcdCluster(name: string, spec: object, annotations: Record<string, string> = {}) {
+  return {
+    apiVersion: "etcd.database.coreos.com/v1beta2",
+    kind: "EtcdCluster",
+    metadata: { name, annotations },
+    spec,
+  };
+}
 const helm = (...args: string[]) => run(helmPath(), args);
 
 async function membersOf(name: string) {
@@ -150,27 +172,13 @@ t.test("a whole node lost: quorum kept, its member re-created on another node", 
 });
 
 t.test("the webhook, called by kube-apiserver through its Service, refuses an invalid cluster", async (t) => {
-  const bad = {
-    apiVersion: "etcd.database.coreos.com/v1beta2",
-    kind: "EtcdCluster",
-    metadata: { name: "bad" },
-  };
   // After the node's loss the webhook's pod may still be starting elsewhere; until then kube-apiserver
   // cannot call it, and failurePolicy Fail refuses every change.
   const refused = await waitFor(
     "the webhook to answer",
     async () => {
-      try {
-        run(
-          assets.kubectl,
-          ["apply", "--namespace", NS, "-f", "-"],
-          JSON.stringify({ ...bad, spec: { size: 3, version: "2.3.8" } }),
-        );
-        return "applied";
-      } catch (error) {
-        const message = error instanceof Error ? error.message : String(error);
-        return message.includes("failed calling webhook") ? undefined : message;
-      }
+      const message = applyError(NS, etcdCluster("bad", { size: 3, version: "2.3.8" }));
+      return message.includes("failed calling webhook") ? undefined : message || "applied";
     },
     { timeoutMs: 120_000, intervalMs: 1000 },
   );
@@ -265,13 +273,7 @@ t.test("the manual trigger over HTTP, through the chart's Service", async (t) =>
 });
 
 t.test("an upgrade 3.5 → 3.6 applied with kubectl", async (t) => {
-  const manifest = {
-    apiVersion: "etcd.database.coreos.com/v1beta2",
-    kind: "EtcdCluster",
-    metadata: { name: "upgrade" },
-    spec: { size: 3, version: "3.5.35" },
-  };
-  run(assets.kubectl, ["apply", "--namespace", NS, "-f", "-"], JSON.stringify(manifest));
+  apply(NS, etcdCluster("upgrade", { size: 3, version: "3.5.35" }));
   await waitReady(c, NS, "upgrade", 3, 180_000);
   await patchSpec(c, NS, "upgrade", { version: "3.6.16" });
   const versions = await waitFor(
@@ -359,7 +361,7 @@ t.test("a backup to an S3 store running in the cluster, with the operator's pods
   };
   backup.spec.s3.endpoint = "http://s3.etcd-operator.svc:7070";
   backup.spec.s3.forcePathStyle = true;
-  run(assets.kubectl, ["apply", "--namespace", NS, "-f", "-"], JSON.stringify(backup));
+  apply(NS, backup);
   // Every operator pod goes as soon as the backup is asked for (one this small may be done by then).
   kubectl("delete", "pods", "--namespace", NS, "-l", `app.kubernetes.io/instance=${RELEASE}`, "--wait=false");
   const early = (await c.kube.getBackup(NS, backup.metadata.name))?.status?.succeeded;
@@ -420,35 +422,15 @@ async function overlayRoundTrip(
     `${overlay}: the operator runs ${image.name}`,
   );
   const name = `${overlay}-example`;
-  run(
-    assets.kubectl,
-    ["apply", "--namespace", clusterNamespace, "-f", "-"],
-    JSON.stringify({
-      apiVersion: "etcd.database.coreos.com/v1beta2",
-      kind: "EtcdCluster",
-      metadata: { name, annotations },
-      spec: { size: 3, version: "3.6.16" },
-    }),
-  );
+  apply(clusterNamespace, etcdCluster(name, { size: 3, version: "3.6.16" }, annotations));
   await waitReady(c, clusterNamespace, name, 3, 180_000);
   kubectl("scale", "--namespace", clusterNamespace, `etcdcluster/${name}`, "--replicas=5");
   await waitReady(c, clusterNamespace, name, 5, 180_000);
   t.pass(`${overlay}: a cluster in ${clusterNamespace} made and scaled to 5`);
-  let refused = "";
-  try {
-    run(
-      assets.kubectl,
-      ["apply", "--namespace", clusterNamespace, "-f", "-"],
-      JSON.stringify({
-        apiVersion: "etcd.database.coreos.com/v1beta2",
-        kind: "EtcdCluster",
-        metadata: { name: "bad", annotations },
-        spec: { size: 3, version: "2.3.8" },
-      }),
-    );
-  } catch (error) {
-    refused = error instanceof Error ? error.message : String(error);
-  }
+  const refused = applyError(
+    clusterNamespace,
+    etcdCluster("bad", { size: 3, version: "2.3.8" }, annotations),
+  );
   t.match(
     refused,
     /admission webhook .* denied the request/,

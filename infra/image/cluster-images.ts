@@ -178,69 +178,59 @@ export function pauseImage(node: NodeBuild): string {
   return `registry.k8s.io/pause:${node.pauseVersion}`;
 }
 
-function pauseRecipe(node: NodeBuild): Recipe {
+/** An image of one static binary as its entrypoint, run as `user`; `/tmp` when the program needs one. */
+function singleBinaryRecipe(image: {
+  name: string;
+  binary: string;
+  path: string;
+  user: string;
+  ports?: string[];
+  tmp?: boolean;
+}): Recipe {
   return {
-    name: pauseImage(node),
-    inputFiles: [node.pause],
-    async make(buildah, container) {
-      await buildah.run(["add", "--chmod", "0755", container, node.pause, "/pause"], { quiet: true });
-      await buildah.run(["config", "--entrypoint", '["/pause"]', "--user", "65535:65535", container], {
-        quiet: true,
-      });
+    name: image.name,
+    inputFiles: [image.binary],
+    async make(buildah, container, work) {
+      await buildah.run(["add", "--chmod", "0755", container, image.binary, image.path], { quiet: true });
+      if (image.tmp) await buildah.run(["add", container, await tmpDir(work), "/"], { quiet: true });
+      const ports = (image.ports ?? []).flatMap((port) => ["--port", port]);
+      await buildah.run(
+        ["config", "--entrypoint", JSON.stringify([image.path]), "--user", image.user, ...ports, container],
+        { quiet: true },
+      );
     },
   };
 }
+
+const pauseRecipe = (node: NodeBuild) =>
+  singleBinaryRecipe({ name: pauseImage(node), binary: node.pause, path: "/pause", user: "65535:65535" });
 
 export function corednsImage(coredns: CorednsBuild): string {
   return `registry.k8s.io/coredns/coredns:v${coredns.version}`;
 }
 
-function corednsRecipe(coredns: CorednsBuild): Recipe {
-  return {
+const corednsRecipe = (coredns: CorednsBuild) =>
+  singleBinaryRecipe({
     name: corednsImage(coredns),
-    inputFiles: [coredns.coredns],
-    async make(buildah, container) {
-      await buildah.run(["add", "--chmod", "0755", container, coredns.coredns, "/coredns"], { quiet: true });
-      await buildah.run(
-        ["config", "--entrypoint", '["/coredns"]', "--user", "65532:65532", "--port", "53/udp", container],
-        { quiet: true },
-      );
-    },
-  };
-}
+    binary: coredns.coredns,
+    path: "/coredns",
+    user: "65532:65532",
+    ports: ["53/udp"],
+  });
 
 export function versitygwImage(versitygw: VersitygwBuild): string {
   return `docker.io/versity/versitygw:v${versitygw.version}`;
 }
 
-function versitygwRecipe(versitygw: VersitygwBuild): Recipe {
-  return {
+const versitygwRecipe = (versitygw: VersitygwBuild) =>
+  singleBinaryRecipe({
     name: versitygwImage(versitygw),
-    inputFiles: [versitygw.versitygw],
-    async make(buildah, container, work) {
-      await buildah.run(
-        ["add", "--chmod", "0755", container, versitygw.versitygw, "/usr/local/bin/versitygw"],
-        {
-          quiet: true,
-        },
-      );
-      await buildah.run(["add", container, await tmpDir(work), "/"], { quiet: true });
-      await buildah.run(
-        [
-          "config",
-          "--entrypoint",
-          '["/usr/local/bin/versitygw"]',
-          "--user",
-          "65532:65532",
-          "--port",
-          "7070",
-          container,
-        ],
-        { quiet: true },
-      );
-    },
-  };
-}
+    binary: versitygw.versitygw,
+    path: "/usr/local/bin/versitygw",
+    user: "65532:65532",
+    ports: ["7070"],
+    tmp: true,
+  });
 
 /** What the images are made of; the real nodes' images only when their binaries are given. */
 export interface ClusterImageInputs {

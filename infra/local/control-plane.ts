@@ -451,78 +451,59 @@ async function startApiserver(
 }
 
 async function startControllerManager(layout: InstanceLayout, assets: Assets, pki: Pki): Promise<PidRecord> {
-  const port = await freePort();
-  const log = logFile(layout, "kube-controller-manager");
   const certDir = join(layout.dir, "kcm");
   mkdirSync(certDir, { recursive: true });
-  const record = startDaemon({
-    name: "kube-controller-manager",
-    command: assets.kubeControllerManager,
-    args: [
-      `--kubeconfig=${layout.kubeconfigPath}`,
-      `--authentication-kubeconfig=${layout.kubeconfigPath}`,
-      `--authorization-kubeconfig=${layout.kubeconfigPath}`,
-      `--secure-port=${port}`,
-      "--bind-address=127.0.0.1",
-      `--cert-dir=${certDir}`,
-      "--leader-elect=false",
-      "--controllers=*",
-      `--service-account-private-key-file=${pki.files.saKey}`,
-      `--root-ca-file=${pki.files.caCert}`,
-      `--cluster-signing-cert-file=${pki.files.caCert}`,
-      `--cluster-signing-key-file=${pki.files.caKey}`,
-      `--service-cluster-ip-range=${SERVICE_CIDR}`,
-      // The process kubelet runs pods itself; there is no cloud and no node IPAM here.
-      "--allocate-node-cidrs=false",
-      "--profiling=false",
-      "--v=1",
-    ],
-    env: pathEnv(),
-    logFile: log,
-    pidFile: pidFile(layout, "kube-controller-manager"),
-  });
-  await waitUntil(
-    async () => (await httpsGet(`https://127.0.0.1:${port}/healthz`, { insecure: true })).status === 200,
-    {
-      what: "kube-controller-manager",
-      timeoutMs: 60_000,
-      intervalMs: 250,
-      alive: () => isOurProcess(record),
-      logFile: log,
-    },
-  );
-  return record;
+  return startComponent(layout, "kube-controller-manager", assets.kubeControllerManager, [
+    `--cert-dir=${certDir}`,
+    "--controllers=*",
+    `--service-account-private-key-file=${pki.files.saKey}`,
+    `--root-ca-file=${pki.files.caCert}`,
+    `--cluster-signing-cert-file=${pki.files.caCert}`,
+    `--cluster-signing-key-file=${pki.files.caKey}`,
+    `--service-cluster-ip-range=${SERVICE_CIDR}`,
+    // The process kubelet runs pods itself; there is no cloud and no node IPAM here.
+    "--allocate-node-cidrs=false",
+    "--profiling=false",
+  ]);
 }
 
 /** Real nodes need the scheduler (the process kubelet takes its pods itself). */
-async function startScheduler(layout: InstanceLayout, assets: Assets): Promise<PidRecord> {
+function startScheduler(layout: InstanceLayout, assets: Assets): Promise<PidRecord> {
+  return startComponent(layout, "kube-scheduler", assets.node.kubeScheduler, []);
+}
+
+/**
+ * A control-plane component beside kube-apiserver (controller manager, scheduler): the admin
+ * kubeconfig, its secure port on loopback, no leader election; resolves once /healthz answers.
+ */
+async function startComponent(
+  layout: InstanceLayout,
+  name: (typeof DAEMONS)[number],
+  command: string,
+  args: string[],
+): Promise<PidRecord> {
   const port = await freePort();
-  const log = logFile(layout, "kube-scheduler");
+  const log = logFile(layout, name);
   const record = startDaemon({
-    name: "kube-scheduler",
-    command: assets.node.kubeScheduler,
+    name,
+    command,
     args: [
       `--kubeconfig=${layout.kubeconfigPath}`,
       `--authentication-kubeconfig=${layout.kubeconfigPath}`,
       `--authorization-kubeconfig=${layout.kubeconfigPath}`,
-      "--bind-address=127.0.0.1",
       `--secure-port=${port}`,
+      "--bind-address=127.0.0.1",
       "--leader-elect=false",
+      ...args,
       "--v=1",
     ],
     env: pathEnv(),
     logFile: log,
-    pidFile: pidFile(layout, "kube-scheduler"),
+    pidFile: pidFile(layout, name),
   });
   await waitUntil(
     async () => (await httpsGet(`https://127.0.0.1:${port}/healthz`, { insecure: true })).status === 200,
-    {
-      what: "kube-scheduler",
-      timeoutMs: 60_000,
-      intervalMs: 250,
-      alive: () => isOurProcess(record),
-      logFile: log,
-    },
+    { what: name, timeoutMs: 60_000, intervalMs: 250, alive: () => isOurProcess(record), logFile: log },
   );
   return record;
 }

@@ -141,10 +141,3 @@ export async function importImages(node: RealNodeLayout, archives: string[]): Pr
     });
   }
 }
-
-/** The names of the images in the node's store. */
-export async function nodeImages(node: RealNodeLayout): Promise<string[]> {
-  return (await ctr(node, ["images", "list", "--quiet"]))
-    .split("\n")
-    .filter((n) => n && !n.startsWith("sha256:"));
-}

@@ -2,8 +2,8 @@
 // containerd + runc, kubelet and kube-proxy (iptables mode) built from Kubernetes's own module, a
 // CNI bridge for its pods, routes so that every node and the host reach every pod, and CoreDNS as
 // the cluster DNS Service, as kubeadm sets it up. Started and torn down by control-plane.ts.
-import { execFile, spawn } from "node:child_process";
-import { existsSync, mkdirSync, readdirSync, readFileSync, rmSync } from "node:fs";
+import { execFile } from "node:child_process";
+import { existsSync, mkdirSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { promisify } from "node:util";
 import type { CertificateAuthority } from "../../../shared/pki.ts";
@@ -120,25 +120,11 @@ async function startNode(
   return [containerd, kubelet, proxy];
 }
 
-async function kubectl(o: RealNodesOptions, args: string[], input?: string): Promise<string> {
-  return new Promise((resolve, reject) => {
-    const child = spawn(o.assets.kubectl, ["--kubeconfig", o.kubeconfigPath, ...args], {
-      stdio: ["pipe", "pipe", "pipe"],
-    });
-    let out = "";
-    let err = "";
-    child.stdout.on("data", (chunk: Buffer) => {
-      out += chunk.toString();
-    });
-    child.stderr.on("data", (chunk: Buffer) => {
-      err += chunk.toString();
-    });
-    child.on("error", reject);
-    child.on("close", (code) =>
-      code === 0 ? resolve(out) : reject(new Error(`kubectl ${args.join(" ")} failed: ${err.trim()}`)),
-    );
-    child.stdin.end(input ?? "");
+async function kubectl(o: RealNodesOptions, args: string[]): Promise<string> {
+  const { stdout } = await run(o.assets.kubectl, ["--kubeconfig", o.kubeconfigPath, ...args], {
+    maxBuffer: 16 * 1024 * 1024,
   });
+  return stdout;
 }
 
 async function readyNodes(o: RealNodesOptions): Promise<string[]> {
@@ -154,7 +140,9 @@ async function deployCoredns(o: RealNodesOptions): Promise<void> {
   const manifest = readFileSync(new URL("./coredns.yaml", import.meta.url), "utf8")
     .replaceAll("__IMAGE__", o.corednsImage)
     .replaceAll("__DNS_IP__", CLUSTER_DNS_IP);
-  await kubectl(o, ["apply", "-f", "-"], manifest);
+  const file = join(nodesDir(o.instance), "coredns.yaml");
+  writeFileSync(file, manifest);
+  await kubectl(o, ["apply", "-f", file]);
   await kubectl(o, [
     "--namespace=kube-system",
     "rollout",
@@ -192,9 +180,10 @@ export async function startRealNodes(o: RealNodesOptions): Promise<RealNodeLayou
   return nodes;
 }
 
-function agentRunning(instance: InstanceLayout, node: RealNodeLayout, agent: string): boolean {
+/** The node agent's process, when it runs. */
+function runningAgent(instance: InstanceLayout, node: RealNodeLayout, agent: string): PidRecord | undefined {
   const record = readPidFile(pidFileOf(instance, node, agent));
-  return record !== undefined && isOurProcess(record);
+  return record && isOurProcess(record) ? record : undefined;
 }
 
 async function routeServicesVia(instance: InstanceLayout, node: RealNodeLayout): Promise<void> {
@@ -210,8 +199,8 @@ export async function loseRealNode(instance: InstanceLayout, name: string): Prom
   const node = realNodeLayouts(instance, MAX_REAL_NODES).find((n) => n.name === name);
   if (!node || !existsSync(node.dir)) throw new Error(`no real node ${name} in this instance`);
   for (const agent of AGENTS) {
-    const record = readPidFile(pidFileOf(instance, node, agent));
-    if (record && isOurProcess(record)) await stopDaemon(record, 0);
+    const record = runningAgent(instance, node, agent);
+    if (record) await stopDaemon(record, 0);
   }
   await removeNodeCgroup(node.cgroupRoot);
   await run("ip", ["-n", node.netns, "link", "set", "dev", "eth0", "down"]);
@@ -220,7 +209,7 @@ export async function loseRealNode(instance: InstanceLayout, name: string): Prom
   const { stdout } = await run("ip", ["route", "show", SERVICE_CIDR]);
   if (stdout.includes(` via ${node.ip} `)) {
     const up = realNodeLayouts(instance, MAX_REAL_NODES).find(
-      (n) => n.name !== name && agentRunning(instance, n, "kube-proxy"),
+      (n) => n.name !== name && runningAgent(instance, n, "kube-proxy") !== undefined,
     );
     if (up) await routeServicesVia(instance, up);
   }
@@ -236,8 +225,8 @@ export async function cleanupRealNodes(instance: InstanceLayout, log: (line: str
   const nodes = realNodeLayouts(instance, MAX_REAL_NODES).filter((n) => present.has(`node${n.index}`));
   for (const agent of AGENTS) {
     for (const node of nodes) {
-      const record = readPidFile(pidFileOf(instance, node, agent));
-      if (record && isOurProcess(record)) {
+      const record = runningAgent(instance, node, agent);
+      if (record) {
         log(`stopping ${node.name} ${agent} (pid ${record.pid})`);
         await stopDaemon(record, agent === "kubelet" ? 5_000 : 10_000);
       }
