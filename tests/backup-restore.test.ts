@@ -1,6 +1,6 @@
 // End-to-end: backups and restores against the local control plane, a real S3-compatible store
 // (versitygw, built from its Go module) and the local OSS-protocol server (real OSS cannot run
-// here; see README). 10,000 keys go through S3 and through OSS and come back equal after the
+// here; see docs/local-control-plane.md). 10,000 keys go through S3 and through OSS and come back equal after the
 // cluster was deleted; a periodic policy keeps exactly the newest maxBackups; bad input (wrong or
 // missing credentials, an unreachable store, a missing bucket, a corrupt or truncated backup) gives
 // a clear status and Event and never touches the cluster.
