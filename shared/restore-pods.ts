@@ -10,7 +10,15 @@
 //   4. await-start (operator image), when the seeds are prepared while the old members still
 //      serve: etcd starts only once the operator, having seen the old members gone, says so.
 // The credentials reach the pod as a Secret volume, never as plain env values.
-import type { V1Container, V1EnvVar, V1Pod } from "@kubernetes/client-node";
+// Every step runs as the user etcd will run as (see initContainerUser): etcdutl makes the restored
+// data dir 0700, so a step running as anyone else can neither see into it nor move it.
+import type {
+  V1Container,
+  V1EnvVar,
+  V1Pod,
+  V1PodSecurityContext,
+  V1SecurityContext,
+} from "@kubernetes/client-node";
 import { DATA_DIR } from "./member-pods.ts";
 import { SECRET_DIR, SNAPSHOT_FILE, STAGING_DATA_DIR } from "./restore-paths.ts";
 
@@ -35,6 +43,28 @@ export const FETCH_NODE_FLAGS = ["--external-memory-accounted-in-global-limit"] 
 function initCommand(step: "fetch" | "install" | "await-start"): string[] {
   const flags = step === "fetch" ? FETCH_NODE_FLAGS : [];
   return [OPERATOR_IMAGE_NODE, ...flags, "/app/infra/restore-init.ts", step];
+}
+
+/** The operator image's user (the Dockerfile's USER, distroless's "nonroot"). */
+export const OPERATOR_IMAGE_USER = 65532;
+
+/**
+ * The user each init container of a restored seed runs as, so that all of them and etcd share
+ * the data dir they hand on: nothing when the pod names its user (it applies to every container);
+ * the operator image's user for etcdutl when the pod only asks for a non-root one (etcd then runs
+ * as its image's non-root user and can read a data dir of another non-root user only if they are
+ * the same, as in distroless images); else root for the operator's steps, as the etcd images run,
+ * which can also write to a persistent volume's root-owned directory.
+ */
+function initContainerUser(pod: V1PodSecurityContext | undefined): {
+  operatorSteps?: V1SecurityContext;
+  etcdutl?: V1SecurityContext;
+} {
+  if (pod?.runAsUser !== undefined) return {};
+  if (pod?.runAsNonRoot) {
+    return { etcdutl: { runAsUser: OPERATOR_IMAGE_USER, runAsGroup: OPERATOR_IMAGE_USER } };
+  }
+  return { operatorSteps: { runAsUser: 0, runAsGroup: 0 } };
 }
 
 /** A snapshot streamed from a surviving member (quorum-loss recovery), no object store involved. */
@@ -96,7 +126,11 @@ function env(values: Record<string, string | undefined>): V1EnvVar[] {
     .map(([name, value]) => ({ name, value }));
 }
 
-function fetchContainer(source: RestoreSource | MemberSource, operatorImage: string): V1Container {
+function fetchContainer(
+  source: RestoreSource | MemberSource,
+  operatorImage: string,
+  securityContext: V1SecurityContext | undefined,
+): V1Container {
   const dataMount = { name: "etcd-data", mountPath: "/var/etcd" };
   const command = initCommand("fetch");
   if (source.storageType === "Member") {
@@ -104,6 +138,7 @@ function fetchContainer(source: RestoreSource | MemberSource, operatorImage: str
       name: "fetch-snapshot",
       image: operatorImage,
       command,
+      securityContext,
       env: env({
         STORAGE_TYPE: "Member",
         MEMBER_ENDPOINT: source.endpoint,
@@ -119,6 +154,7 @@ function fetchContainer(source: RestoreSource | MemberSource, operatorImage: str
     name: FETCH_CONTAINER,
     image: operatorImage,
     command,
+    securityContext,
     env: env({
       STORAGE_TYPE: source.storageType,
       BACKUP_PATH: source.path,
@@ -139,6 +175,8 @@ function fetchContainer(source: RestoreSource | MemberSource, operatorImage: str
 export function restoreSeedPod(input: RestoreSeedInput): V1Pod {
   const { source } = input;
   const dataMount = { name: "etcd-data", mountPath: "/var/etcd" };
+  const spec = input.pod.spec ?? { containers: [] };
+  const users = initContainerUser(spec.securityContext);
   const restore: V1Container = {
     name: "restore-snapshot",
     image: input.etcdImage,
@@ -158,12 +196,14 @@ export function restoreSeedPod(input: RestoreSeedInput): V1Pod {
       // SHA-256 or its trailer). Still strips the trailer; it only skips a second SHA-256 pass.
       "--skip-hash-check",
     ],
+    securityContext: users.etcdutl,
     volumeMounts: [dataMount],
   };
   const install: V1Container = {
     name: "install-data-dir",
     image: input.operatorImage,
     command: initCommand("install"),
+    securityContext: users.operatorSteps,
     env: env({ DATA_DIR }),
     volumeMounts: [dataMount],
   };
@@ -173,12 +213,12 @@ export function restoreSeedPod(input: RestoreSeedInput): V1Pod {
           name: START_GATE_CONTAINER,
           image: input.operatorImage,
           command: initCommand("await-start"),
+          securityContext: users.operatorSteps,
           env: env({ START_TOKEN: input.startToken }),
           volumeMounts: [dataMount],
         },
       ]
     : [];
-  const spec = input.pod.spec ?? { containers: [] };
   const secretVolumes =
     source.storageType !== "Member"
       ? [{ name: SECRET_VOLUME, secret: { secretName: source.secretName } }]
@@ -201,7 +241,12 @@ export function restoreSeedPod(input: RestoreSeedInput): V1Pod {
     ...input.pod,
     spec: {
       ...spec,
-      initContainers: [fetchContainer(source, input.operatorImage), restore, install, ...gate],
+      initContainers: [
+        fetchContainer(source, input.operatorImage, users.operatorSteps),
+        restore,
+        install,
+        ...gate,
+      ],
       volumes: [...(spec.volumes ?? []), ...secretVolumes],
     },
   };

@@ -391,6 +391,52 @@ t.test(
   },
 );
 
+t.test("every step of a restored seed runs as the user etcd runs as", async (t) => {
+  const seed = (securityContext?: { runAsUser?: number; runAsNonRoot?: boolean }) =>
+    restoreSeedPod({
+      pod: {
+        metadata: { name: "c-abc" },
+        spec: { containers: [{ name: "etcd", image: "etcd:v3.6.16" }], securityContext },
+      },
+      source: { storageType: "S3", path: "bucket/key", secretName: "aws" },
+      operatorImage: "example/etcd-operator:v1",
+      etcdImage: "quay.io/coreos/etcd:v3.6.16",
+      memberName: "c-abc",
+      peerURL: "http://c-abc.c.default.svc:2380",
+      clusterToken: "c-restore-uid",
+      startToken: "restore-uid",
+    });
+  const users = (securityContext?: { runAsUser?: number; runAsNonRoot?: boolean }) =>
+    Object.fromEntries(
+      (seed(securityContext).spec?.initContainers ?? []).map((c) => [c.name, c.securityContext?.runAsUser]),
+    );
+  t.same(
+    users(),
+    { "fetch-backup": 0, "restore-snapshot": undefined, "install-data-dir": 0, "await-start": 0 },
+    "no user asked for: the operator's steps run as root like the etcd image, which reads the data dir etcdutl made 0700",
+  );
+  t.same(
+    users({ runAsUser: 1000 }),
+    {
+      "fetch-backup": undefined,
+      "restore-snapshot": undefined,
+      "install-data-dir": undefined,
+      "await-start": undefined,
+    },
+    "the pod's user applies to every container as it is",
+  );
+  t.same(
+    users({ runAsNonRoot: true }),
+    {
+      "fetch-backup": undefined,
+      "restore-snapshot": 65532,
+      "install-data-dir": undefined,
+      "await-start": undefined,
+    },
+    "non-root asked for: etcdutl runs as the operator image's non-root user, which moves its output",
+  );
+});
+
 t.test("seed members restored at once share the new cluster's whole membership", async (t) => {
   const initialCluster = ["c-a", "c-b", "c-c"].map((name) => ({
     name,

@@ -2,7 +2,8 @@
 // of charts/etcd-operator with its bundled Redis, on three real nodes (containerd, kubelet,
 // kube-proxy, CoreDNS). Then what a user does with kubectl: the example cluster, kubectl scale,
 // a member pod deleted, an upgrade, a node lost, the operator's pods deleted mid-scale, the
-// webhook and the HTTP trigger through their Service, and `helm uninstall`; then the same
+// webhook and the HTTP trigger through their Service, a backup to an S3 store in the cluster and
+// the seeds' restore from it, and `helm uninstall`; then the same
 // operator from each kustomize overlay (kubectl apply -k). The node is lost
 // first, while the three members are one per node; the rest runs on the two nodes left.
 import { execFileSync } from "node:child_process";
@@ -18,11 +19,11 @@ import { buildOperatorImage } from "../infra/image/build.ts";
 import { fullImageName, versitygwImage } from "../infra/image/cluster-images.ts";
 import { ensureAssets } from "../infra/local/assets.ts";
 import { startLocalCluster } from "../infra/local/control-plane.ts";
-import { helmPath } from "../infra/local/helm.ts";
+import { ensureHelm } from "../infra/local/helm.ts";
 import { clientsFor, eventsFor, waitFor } from "../infra/local/kube-wait.ts";
 import { endpointStatuses } from "../shared/etcd-members.ts";
 import { Kube } from "../shared/kube.ts";
-import { awsSecretData, createSecret, waitBackupOutcome } from "./helpers/backups.ts";
+import { awsSecretData, createSecret, waitBackupOutcome, waitRestore } from "./helpers/backups.ts";
 import { getCluster, memberEndpoints, patchSpec, waitReady } from "./helpers/clusters.ts";
 
 const NS = "etcd-operator";
@@ -77,13 +78,39 @@ function etcdCluster(name: string, spec: object, annotations: Record<string, str
     spec,
   };
 }
-const helm = (...args: string[]) => run(helmPath(), args);
+const helmBinary = await ensureHelm({ log: (line) => t.comment(line) });
+const helm = (...args: string[]) => run(helmBinary, args);
 
 async function membersOf(name: string) {
   return (
     await core.listNamespacedPod({ namespace: NS, labelSelector: `etcd_cluster=${name}` })
   ).items.filter((p) => !p.metadata?.deletionTimestamp);
 }
+
+t.test("helm install with values that cannot work fails with the chart's message", async (t) => {
+  let refusal = "";
+  try {
+    helm(
+      "install",
+      "bad",
+      "charts/etcd-operator",
+      "--namespace",
+      "bad-values",
+      "--create-namespace",
+      "--set",
+      "redis.bundled=false",
+    );
+  } catch (error) {
+    refusal = error instanceof Error ? error.message : String(error);
+  }
+  t.match(
+    refusal,
+    /redis\.url is required when redis\.bundled is false/,
+    "no Redis and no redis.url: refused",
+  );
+  t.throws(() => helm("status", "bad", "--namespace", "bad-values"), /not found/, "no release was made");
+  t.notMatch(kubectl("get", "namespaces", "-o", "name"), /namespace\/bad-values\b/, "nor its namespace");
+});
 
 t.test("helm install: the operator's pods run the built image and are Ready", async (t) => {
   const out = helm(
@@ -291,96 +318,136 @@ t.test("an upgrade 3.5 → 3.6 applied with kubectl", async (t) => {
   kubectl("delete", "etcdcluster", "--namespace", NS, "upgrade", "--wait=true");
 });
 
-t.test("a backup to an S3 store running in the cluster, with the operator's pods deleted", async (t) => {
-  // The store: versitygw's image, as a Deployment and Service beside the clusters.
-  const access = {
-    accessKeyId: "backupuser",
-    secretAccessKey: randomBytes(18).toString("base64url"),
-    region: "us-east-1",
-  };
-  await core.createNamespacedSecret({
-    namespace: NS,
-    body: {
-      metadata: { name: "s3-root" },
-      stringData: {
-        ROOT_ACCESS_KEY_ID: access.accessKeyId,
-        ROOT_SECRET_ACCESS_KEY: access.secretAccessKey,
+t.test(
+  "a backup to an S3 store running in the cluster, with the operator's pods deleted, and a restore from it",
+  async (t) => {
+    // The store: versitygw's image, as a Deployment and Service beside the clusters.
+    const access = {
+      accessKeyId: "backupuser",
+      secretAccessKey: randomBytes(18).toString("base64url"),
+      region: "us-east-1",
+    };
+    await core.createNamespacedSecret({
+      namespace: NS,
+      body: {
+        metadata: { name: "s3-root" },
+        stringData: {
+          ROOT_ACCESS_KEY_ID: access.accessKeyId,
+          ROOT_SECRET_ACCESS_KEY: access.secretAccessKey,
+        },
       },
-    },
-  });
-  await apps.createNamespacedDeployment({
-    namespace: NS,
-    body: {
-      metadata: { name: "s3" },
-      spec: {
-        selector: { matchLabels: { app: "s3" } },
-        template: {
-          metadata: { labels: { app: "s3" } },
-          spec: {
-            containers: [
-              {
-                name: "versitygw",
-                image: versitygwImage(assets.versitygw),
-                imagePullPolicy: "IfNotPresent",
-                args: ["--port", ":7070", "--region", access.region, "--health", "/health", "posix", "/data"],
-                envFrom: [{ secretRef: { name: "s3-root" } }],
-                readinessProbe: { httpGet: { path: "/health", port: 7070 } },
-                volumeMounts: [{ name: "data", mountPath: "/data" }],
-              },
-            ],
-            volumes: [{ name: "data", emptyDir: {} }],
+    });
+    await apps.createNamespacedDeployment({
+      namespace: NS,
+      body: {
+        metadata: { name: "s3" },
+        spec: {
+          selector: { matchLabels: { app: "s3" } },
+          template: {
+            metadata: { labels: { app: "s3" } },
+            spec: {
+              containers: [
+                {
+                  name: "versitygw",
+                  image: versitygwImage(assets.versitygw),
+                  imagePullPolicy: "IfNotPresent",
+                  args: [
+                    "--port",
+                    ":7070",
+                    "--region",
+                    access.region,
+                    "--health",
+                    "/health",
+                    "posix",
+                    "/data",
+                  ],
+                  envFrom: [{ secretRef: { name: "s3-root" } }],
+                  readinessProbe: { httpGet: { path: "/health", port: 7070 } },
+                  volumeMounts: [{ name: "data", mountPath: "/data" }],
+                },
+              ],
+              volumes: [{ name: "data", emptyDir: {} }],
+            },
           },
         },
       },
-    },
-  });
-  await core.createNamespacedService({
-    namespace: NS,
-    body: { metadata: { name: "s3" }, spec: { selector: { app: "s3" }, ports: [{ port: 7070 }] } },
-  });
-  kubectl("rollout", "status", "--namespace", NS, "deployment/s3", "--timeout=120s");
-  const service = await core.readNamespacedService({ namespace: NS, name: "s3" });
-  const s3 = new S3Client({
-    endpoint: `http://${service.spec?.clusterIP}:7070`,
-    region: access.region,
-    forcePathStyle: true,
-    credentials: { accessKeyId: access.accessKeyId, secretAccessKey: access.secretAccessKey },
-  });
-  await waitFor("the store to take a bucket", async () =>
-    s3.send(new CreateBucketCommand({ Bucket: "etcd-backups" })).then(() => true),
-  );
-  await createSecret(c, NS, "aws", awsSecretData(access));
+    });
+    await core.createNamespacedService({
+      namespace: NS,
+      body: { metadata: { name: "s3" }, spec: { selector: { app: "s3" }, ports: [{ port: 7070 }] } },
+    });
+    kubectl("rollout", "status", "--namespace", NS, "deployment/s3", "--timeout=120s");
+    const service = await core.readNamespacedService({ namespace: NS, name: "s3" });
+    const s3 = new S3Client({
+      endpoint: `http://${service.spec?.clusterIP}:7070`,
+      region: access.region,
+      forcePathStyle: true,
+      credentials: { accessKeyId: access.accessKeyId, secretAccessKey: access.secretAccessKey },
+    });
+    await waitFor("the store to take a bucket", async () =>
+      s3.send(new CreateBucketCommand({ Bucket: "etcd-backups" })).then(() => true),
+    );
+    await createSecret(c, NS, "aws", awsSecretData(access));
 
-  const etcd = new Etcd3({ hosts: await memberEndpoints(c, NS, EXAMPLE) });
-  t.teardown(() => etcd.close());
-  await etcd.put("before-backup").value("kept");
-  // The seeds' example, with the store's in-cluster address.
-  const backup = parse(readFileSync("manifests/examples/example-etcd-backup-s3.yaml", "utf8")) as {
-    metadata: { name: string };
-    spec: { s3: Record<string, unknown> };
-  };
-  backup.spec.s3.endpoint = "http://s3.etcd-operator.svc:7070";
-  backup.spec.s3.forcePathStyle = true;
-  apply(NS, backup);
-  // Every operator pod goes as soon as the backup is asked for (one this small may be done by then).
-  kubectl("delete", "pods", "--namespace", NS, "-l", `app.kubernetes.io/instance=${RELEASE}`, "--wait=false");
-  const early = (await c.kube.getBackup(NS, backup.metadata.name))?.status?.succeeded;
-  t.comment(
-    `when the operator's pods were deleted, the backup ${early === undefined ? "was not done" : "was done"}`,
-  );
-  const status = await waitBackupOutcome(c, NS, backup.metadata.name, {
-    timeoutMs: 240_000,
-    intervalMs: 1000,
-  });
-  t.equal(status.succeeded, true, "the backup succeeded with the operator's pods deleted");
-  const stored = await s3.send(
-    new HeadObjectCommand({ Bucket: "etcd-backups", Key: "example-etcd-cluster.backup" }),
-  );
-  t.ok((stored.ContentLength ?? 0) > 0, `the backup is in the store (${stored.ContentLength} bytes)`);
+    const etcd = new Etcd3({ hosts: await memberEndpoints(c, NS, EXAMPLE) });
+    t.teardown(() => etcd.close());
+    await etcd.put("before-backup").value("kept");
+    // The seeds' example, with the store's in-cluster address.
+    const backup = parse(readFileSync("manifests/examples/example-etcd-backup-s3.yaml", "utf8")) as {
+      metadata: { name: string };
+      spec: { s3: Record<string, unknown> };
+    };
+    backup.spec.s3.endpoint = "http://s3.etcd-operator.svc:7070";
+    backup.spec.s3.forcePathStyle = true;
+    apply(NS, backup);
+    // Every operator pod goes as soon as the backup is asked for (one this small may be done by then).
+    kubectl(
+      "delete",
+      "pods",
+      "--namespace",
+      NS,
+      "-l",
+      `app.kubernetes.io/instance=${RELEASE}`,
+      "--wait=false",
+    );
+    const early = (await c.kube.getBackup(NS, backup.metadata.name))?.status?.succeeded;
+    t.comment(
+      `when the operator's pods were deleted, the backup ${early === undefined ? "was not done" : "was done"}`,
+    );
+    const status = await waitBackupOutcome(c, NS, backup.metadata.name, {
+      timeoutMs: 240_000,
+      intervalMs: 1000,
+    });
+    t.equal(status.succeeded, true, "the backup succeeded with the operator's pods deleted");
+    const stored = await s3.send(
+      new HeadObjectCommand({ Bucket: "etcd-backups", Key: "example-etcd-cluster.backup" }),
+    );
+    t.ok((stored.ContentLength ?? 0) > 0, `the backup is in the store (${stored.ContentLength} bytes)`);
 
-  kubectl("delete", "etcdbackup", "--namespace", NS, backup.metadata.name);
-  kubectl("delete", "deployment/s3", "service/s3", "secret/s3-root", "secret/aws", "--namespace", NS);
-});
+    kubectl("delete", "etcdbackup", "--namespace", NS, backup.metadata.name);
+
+    // The seeds' EtcdRestore from that backup: the cluster comes back with what the backup held.
+    // Applied once the operator's pods are back: until its HTTP pod is, the webhook refuses it.
+    kubectl("rollout", "status", "--namespace", NS, "deployment", "--timeout=180s");
+    await etcd.put("after-backup").value("not in the backup");
+    const restore = parse(readFileSync("manifests/examples/example-etcd-restore.yaml", "utf8")) as {
+      metadata: { name: string };
+      spec: { s3: Record<string, unknown> };
+    };
+    restore.spec.s3.endpoint = "http://s3.etcd-operator.svc:7070";
+    restore.spec.s3.forcePathStyle = true;
+    apply(NS, restore);
+    const done = await waitRestore(c, NS, restore.metadata.name, "Completed", 300_000);
+    t.equal(done.status?.phase, "Completed", "the seeds' EtcdRestore completed");
+    await waitReady(c, NS, EXAMPLE, 3, 180_000);
+    const restored = new Etcd3({ hosts: await memberEndpoints(c, NS, EXAMPLE) });
+    t.teardown(() => restored.close());
+    t.equal(await restored.get("before-backup").string(), "kept", "what the backup held is back");
+    t.equal(await restored.get("after-backup").string(), null, "what came after the backup is not");
+    kubectl("delete", "etcdrestore", "--namespace", NS, restore.metadata.name);
+    kubectl("delete", "deployment/s3", "service/s3", "secret/s3-root", "secret/aws", "--namespace", NS);
+  },
+);
 
 t.test("helm uninstall and deleting the cluster leave nothing of the operator", async (t) => {
   kubectl("delete", "etcdcluster", "--namespace", NS, EXAMPLE, "--wait=true", "--timeout=120s");
