@@ -13,7 +13,7 @@ import { dirname, join, relative, resolve } from "node:path";
 import { parseArgs, promisify } from "node:util";
 import { cacheRoot, ensureAssets } from "../local/assets.ts";
 import { baseRecipe, ensureBaseImages } from "./bases.ts";
-import { type Buildah, hasImage, imageSize, projectBuildah } from "./buildah.ts";
+import { type Buildah, hasImage, imageSize, projectBuildah, pruneStorage } from "./buildah.ts";
 import { buildClusterImages } from "./cluster-images.ts";
 
 const run = promisify(execFile);
@@ -110,11 +110,15 @@ export async function buildOperatorImage(options: BuildOptions = {}): Promise<Op
     progress(`image: ${name} is up to date (${stamp.size}, ${archive})`);
     return stamp;
   }
+  // What a failed build left (its working containers, its layers) would only take disk space.
+  await pruneStorage(buildah);
   await ensureBaseImages(buildah, { nodeDir, progress }, options.rebuildBases);
   const started = Date.now();
   progress(`image: building ${name} from the Dockerfile (log: ${buildah.logFile})`);
   await build(buildah, name);
   await buildah.run(["push", "--quiet", name, `oci-archive:${archive}:${name}`], { quiet: true });
+  const pruned = await pruneStorage(buildah);
+  if (pruned > 0) progress(`image: removed ${pruned} images earlier builds left unnamed`);
   const image: OperatorImage = {
     name,
     archive,
@@ -131,24 +135,32 @@ export async function buildOperatorImage(options: BuildOptions = {}): Promise<Op
   return image;
 }
 
+/** The Dockerfile's intermediate stages, named in the storage so that pruning keeps their cache. */
+const CACHED_STAGES = ["deps", "build"] as const;
+
 async function build(buildah: Buildah, name: string): Promise<void> {
   // --pull=never: the bases are the ones made here; --layers: a source change reuses the stage
   // that installed the dependencies.
-  await buildah.run(
-    [
-      "bud",
-      "--pull=never",
-      "--layers",
-      "--isolation",
-      "chroot",
-      "-f",
-      "Dockerfile",
-      "-t",
-      name,
-      relative(process.cwd(), ROOT) || ".",
-    ],
-    { quiet: false },
-  );
+  const bud = (target: string | undefined, tag: string, quiet: boolean) =>
+    buildah.run(
+      [
+        "bud",
+        "--pull=never",
+        "--layers",
+        "--isolation",
+        "chroot",
+        ...(target ? ["--target", target] : []),
+        "-f",
+        "Dockerfile",
+        "-t",
+        tag,
+        relative(process.cwd(), ROOT) || ".",
+      ],
+      { quiet },
+    );
+  await bud(undefined, name, false);
+  // Built above already: each of these only names a stage's last layer (every step a cache hit).
+  for (const stage of CACHED_STAGES) await bud(stage, `localhost/etcd-operator-${stage}:cache`, true);
 }
 
 if (import.meta.main) {

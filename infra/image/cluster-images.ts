@@ -27,7 +27,7 @@ import { join } from "node:path";
 import { promisify } from "node:util";
 import { DEFAULT_BUSYBOX_IMAGE, DEFAULT_REPOSITORY } from "../../shared/api/etcd-cluster.ts";
 import type { CorednsBuild, EtcdBuild, NodeBuild, VersitygwBuild } from "../local/assets.ts";
-import { type Buildah, hasImage } from "./buildah.ts";
+import { type Buildah, hasImage, pruneStorage } from "./buildah.ts";
 
 const run = promisify(execFile);
 
@@ -259,6 +259,7 @@ export async function buildClusterImages(
     ? JSON.parse(await readFile(stampFile, "utf8"))
     : {};
   const images: ClusterImage[] = [];
+  let made = 0;
   const recipes = [
     ...inputs.etcd.map(etcdRecipe),
     busyboxRecipe,
@@ -292,7 +293,10 @@ export async function buildClusterImages(
     stamps[recipe.name] = image;
     await writeFile(stampFile, `${JSON.stringify(stamps, null, 2)}\n`);
     images.push(image);
+    made++;
     progress(`image: made ${recipe.name} in ${((Date.now() - started) / 1000).toFixed(1)} s`);
   }
+  // A remade image leaves the one it replaced behind, unnamed.
+  if (made > 0) await pruneStorage(buildah);
   return images;
 }
