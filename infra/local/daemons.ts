@@ -122,26 +122,39 @@ export async function stopDaemonFromPidFile(pidFile: string, graceMs?: number): 
   rmSync(pidFile, { force: true });
 }
 
-/** Asks the kernel for a free TCP port on loopback. */
+/** A free TCP port on loopback (see freePortOn). */
 export function freePort(): Promise<number> {
   return freePortOn("127.0.0.1");
 }
 
 /**
- * A TCP port free on this address now (the kernel's pick). Another process could still take it
- * before the caller binds it; the daemon's start then fails with its log.
+ * Ports handed to daemons come from below the kernel's ephemeral range (32768–60999 by default):
+ * a port the kernel picked from that range could be taken by any outgoing connection before the
+ * daemon binds it (etcd once failed so: "bind: address already in use"). Below Kubernetes's
+ * NodePort range (30000–32767) too.
  */
-export async function freePortOn(host: string): Promise<number> {
-  return new Promise((resolve, reject) => {
+const DAEMON_PORTS = { first: 20_000, last: 29_999 };
+
+function canListen(port: number, host: string): Promise<boolean> {
+  return new Promise((resolve) => {
     const server = createServer();
     server.unref();
-    server.on("error", reject);
-    server.listen(0, host, () => {
-      const address = server.address();
-      const port = typeof address === "object" && address !== null ? address.port : 0;
-      server.close(() => (port > 0 ? resolve(port) : reject(new Error("no free port"))));
-    });
+    server.once("error", () => resolve(false));
+    server.listen(port, host, () => server.close(() => resolve(true)));
   });
+}
+
+/**
+ * A TCP port free on this address now, outside the ephemeral range. Another daemon could still
+ * take it before the caller binds it; the daemon's start then fails with its log.
+ */
+export async function freePortOn(host: string): Promise<number> {
+  const span = DAEMON_PORTS.last - DAEMON_PORTS.first + 1;
+  for (let attempt = 0; attempt < 100; attempt++) {
+    const port = DAEMON_PORTS.first + Math.floor(Math.random() * span);
+    if (await canListen(port, host)) return port;
+  }
+  throw new Error(`no free port between ${DAEMON_PORTS.first} and ${DAEMON_PORTS.last} on ${host}`);
 }
 
 export interface WaitOptions {
