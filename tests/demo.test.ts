@@ -4,160 +4,28 @@
 // printed KUBECONFIG and alias), and on Ctrl-C (SIGINT to its process group, as a terminal sends
 // it) stop everything: no process of the demo, the control plane, Redis, the kubelet or the etcd
 // members may be left, nor a network namespace, the bridge or the instance's folder.
-import { type ChildProcess, execFileSync, spawn } from "node:child_process";
-import { existsSync, readdirSync, readFileSync, readlinkSync } from "node:fs";
+import { execFileSync } from "node:child_process";
+import { existsSync, readdirSync, readFileSync } from "node:fs";
 import { Etcd3 } from "etcd3";
 import t from "tap";
 import { daemonStatus, startLocalCluster } from "../infra/local/control-plane.ts";
 import { clientsFor, waitFor } from "../infra/local/kube-wait.ts";
-import { instanceLayout } from "../infra/local/layout.ts";
 import { Kube } from "../shared/kube.ts";
+import { alive, instanceLeftovers, newcomerEnv, printedCommand, startDemo } from "./helpers/demo.ts";
 import { ROOT } from "./helpers/packaging.ts";
 
 const NAME = "pkg-demo";
-const layout = instanceLayout(NAME);
 
-function netnsOfInstance(): string[] {
-  return existsSync("/run/netns")
-    ? readdirSync("/run/netns").filter((n) => n.startsWith(layout.network.netnsPrefix))
-    : [];
-}
-
-function alive(pid: number): boolean {
-  try {
-    // A zombie has exited; only its parent's wait is missing.
-    return !/^\d+ \(.*\) Z/.test(readFileSync(`/proc/${pid}/stat`, "utf8"));
-  } catch {
-    return false;
-  }
-}
-
-/** Live processes whose command line or stdout mention the instance's folder, or that are in `group`. */
-function processesOfDemo(group: number): string[] {
-  const found: string[] = [];
-  for (const entry of readdirSync("/proc").filter((p) => /^\d+$/.test(p))) {
-    const pid = Number(entry);
-    if (pid === process.pid || !alive(pid)) continue;
-    try {
-      const cmdline = readFileSync(`/proc/${pid}/cmdline`, "utf8").replace(/\0/g, " ").trim();
-      const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
-      const pgid = Number(stat.slice(stat.lastIndexOf(")") + 2).split(" ")[2]);
-      let stdout = "";
-      try {
-        stdout = readlinkSync(`/proc/${pid}/fd/1`);
-      } catch {
-        // No stdout to look at.
-      }
-      const inInstance = cmdline.includes(`${layout.dir}/`) || stdout.startsWith(`${layout.dir}/`);
-      if (pgid === group || inInstance) {
-        found.push(`${pid}: ${cmdline}`);
-      }
-    } catch {
-      // The process ended while we looked.
-    }
-  }
-  return found;
-}
-
-function bridgeExists(): boolean {
-  try {
-    execFileSync("ip", ["link", "show", layout.network.bridge], { stdio: "ignore" });
-    return true;
-  } catch {
-    return false;
-  }
-}
-
-// A newcomer's shell: Node and npm on PATH, no KUBECONFIG, no REDIS_URL. Only HTTP_PORT=0 (a free
-// port) differs, so the demo's HTTP server cannot clash with anything else listening on 8080.
-const env: Record<string, string> = {
-  PATH: process.env.PATH ?? "/usr/bin:/bin",
-  HOME: process.env.HOME ?? "/root",
-  HTTP_PORT: "0",
-};
-if (process.env.EOP_CACHE) env.EOP_CACHE = process.env.EOP_CACHE;
-// Where instances live must be the same for the demo and for this test's checks.
-if (process.env.EOP_RUN_DIR) env.EOP_RUN_DIR = process.env.EOP_RUN_DIR;
-
-/** `npm run demo` in its own process group (so SIGINT reaches npm, bash and node together, as from a terminal). */
-interface Demo {
-  group: number;
-  output(): { stdout: string; stderr: string };
-  /** SIGINT to the group, SIGKILL after 90 s; resolves when npm has exited. */
-  interrupt(): Promise<{ code: number | null; signal: NodeJS.Signals | null }>;
-  /** Resolves with everything it printed once the instructions are out. */
-  instructions(): Promise<string>;
-}
-
-function startDemo(args: string[], extraEnv: Record<string, string> = {}): Demo {
-  let stdout = "";
-  let stderr = "";
-  const child: ChildProcess = spawn("npm", ["run", "demo", "--", ...args], {
-    cwd: ROOT,
-    env: { ...env, ...extraEnv },
-    detached: true,
-    stdio: ["ignore", "pipe", "pipe"],
-  });
-  const group = child.pid ?? 0;
-  child.stdout?.on("data", (chunk: Buffer) => {
-    stdout += chunk.toString();
-  });
-  child.stderr?.on("data", (chunk: Buffer) => {
-    stderr += chunk.toString();
-  });
-  const exited = new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((resolve) => {
-    child.on("exit", (code, signal) => resolve({ code, signal }));
-  });
-  let interrupted: Promise<{ code: number | null; signal: NodeJS.Signals | null }> | undefined;
-  const interrupt = () => {
-    interrupted ??= (async () => {
-      if (child.exitCode !== null || child.signalCode !== null) return exited;
-      process.kill(-group, "SIGINT");
-      const timer = setTimeout(() => {
-        try {
-          process.kill(-group, "SIGKILL");
-        } catch {
-          // Gone.
-        }
-      }, 90_000);
-      const result = await exited;
-      clearTimeout(timer);
-      return result;
-    })();
-    return interrupted;
-  };
-  // Whatever happens in the test, the demo goes: SIGINT first (it cleans up), then SIGKILL.
-  t.teardown(() => interrupt().then(() => undefined));
-  return {
-    group,
-    output: () => ({ stdout, stderr }),
-    interrupt,
-    instructions: () =>
-      waitFor(
-        "the demo to print its instructions",
-        async () => {
-          if (child.exitCode !== null)
-            throw new Error(`the demo exited with ${child.exitCode}:\n${stderr.slice(-3000)}`);
-          return stdout.includes("Press Ctrl-C to stop everything.") ? stdout : undefined;
-        },
-        { timeoutMs: 600_000, intervalMs: 500, describe: async () => stderr.slice(-3000) },
-      ),
-  };
-}
+const leftovers = instanceLeftovers(NAME);
 
 const started = Date.now();
-const demo = startDemo(["--name", NAME]);
+const demo = startDemo(t, ["--name", NAME]);
 const group = demo.group;
 const instructions = await demo.instructions();
 t.comment(`instructions printed after ${((Date.now() - started) / 1000).toFixed(1)} s`);
 
 const lines = instructions.split("\n").map((l) => l.trim());
-/** The printed command line that contains `marker` (without its trailing comment). */
-function printed(marker: string): string[] {
-  const line = lines.find((l) => l.includes(marker));
-  if (line === undefined) throw new Error(`the demo printed no line with "${marker}":\n${instructions}`);
-  return line.replace(/\s+#.*$/, "").split(/\s+/);
-}
+const printed = (marker: string) => printedCommand(instructions, marker);
 
 t.test("the demo reports a 3-member cluster Available", async (t) => {
   t.match(
@@ -190,7 +58,7 @@ t.test("the printed kubectl commands work with the printed KUBECONFIG and alias"
   const kubectl = printed("alias kubectl=")[1]?.slice("kubectl=".length) ?? "";
   t.ok(existsSync(kubeconfig), `KUBECONFIG ${kubeconfig} exists`);
   const run = (args: string[]) =>
-    execFileSync(kubectl, args, { encoding: "utf8", env: { ...env, KUBECONFIG: kubeconfig } });
+    execFileSync(kubectl, args, { encoding: "utf8", env: { ...newcomerEnv, KUBECONFIG: kubeconfig } });
   const [, ...getEtcd] = printed("get etcd");
   t.match(run(getEtcd), /example-etcd-cluster\s+3\s+3\s+3\.7\.3\s+Running/);
   const [, ...getPods] = printed("get pods -o wide");
@@ -230,7 +98,7 @@ t.test("the printed HTTP URL answers, when this build has the HTTP server", asyn
     ["-e", `fetch(process.argv[1]).then(async (r) => console.log(r.status, await r.text()))`, `${url}/livez`],
     {
       encoding: "utf8",
-      env: { ...env, NODE_TLS_REJECT_UNAUTHORIZED: "0" },
+      env: { ...newcomerEnv, NODE_TLS_REJECT_UNAUTHORIZED: "0" },
     },
   );
   t.match(body, /^200 /, `${url}/livez answers 200`);
@@ -244,7 +112,7 @@ t.test("the printed HTTP URL answers, when this build has the HTTP server", asyn
       target,
       `Bearer ${token}`,
     ],
-    { encoding: "utf8", env: { ...env, NODE_TLS_REJECT_UNAUTHORIZED: "0" } },
+    { encoding: "utf8", env: { ...newcomerEnv, NODE_TLS_REJECT_UNAUTHORIZED: "0" } },
   );
   t.match(reconcile, /^202/, "the printed reconcile command is accepted (202)");
 });
@@ -256,15 +124,17 @@ t.test("Ctrl-C stops everything and leaves no process behind", async (t) => {
     ["etcd", "kube-apiserver", "kube-controller-manager", "kubelet", "redis"],
     "control plane, Redis and kubelet run",
   );
-  const members = netnsOfInstance().flatMap((ns) =>
-    execFileSync("ip", ["netns", "pids", ns], { encoding: "utf8" })
-      .trim()
-      .split("\n")
-      .filter(Boolean)
-      .map(Number),
-  );
+  const members = leftovers
+    .netns()
+    .flatMap((ns) =>
+      execFileSync("ip", ["netns", "pids", ns], { encoding: "utf8" })
+        .trim()
+        .split("\n")
+        .filter(Boolean)
+        .map(Number),
+    );
   t.ok(members.length >= 3, `the member pods' processes run (${members.length})`);
-  const before = processesOfDemo(group);
+  const before = leftovers.processes(group);
   t.ok(before.length >= 8, `${before.length} processes belong to the demo`);
 
   const exit = await demo.interrupt();
@@ -275,22 +145,22 @@ t.test("Ctrl-C stops everything and leaves no process behind", async (t) => {
   // The group leader (npm) may exit before the last child: give stragglers a moment, then none may remain.
   const left = await waitFor(
     "every process of the demo to exit",
-    async () => (processesOfDemo(group).length === 0 ? [] : undefined),
+    async () => (leftovers.processes(group).length === 0 ? [] : undefined),
     {
       timeoutMs: 30_000,
-      describe: async () => processesOfDemo(group).join("\n"),
+      describe: async () => leftovers.processes(group).join("\n"),
     },
   );
   t.same(left, [], "no process of the demo, its control plane or its pods remains");
   for (const d of daemons) t.notOk(d.pid !== undefined && alive(d.pid), `${d.name} (pid ${d.pid}) is gone`);
   t.same(members.filter(alive), [], "every member pod's process is gone");
-  t.same(netnsOfInstance(), [], "no pod network namespace left");
-  t.notOk(bridgeExists(), "the instance's bridge is removed");
-  t.notOk(existsSync(layout.dir), "the instance's folder is removed");
+  t.same(leftovers.netns(), [], "no pod network namespace left");
+  t.notOk(leftovers.bridgeExists(), "the instance's bridge is removed");
+  t.notOk(existsSync(leftovers.layout.dir), "the instance's folder is removed");
 });
 
 t.test("Ctrl-C while the control plane is still starting leaves nothing behind either", async (t) => {
-  const early = startDemo(["--name", NAME]);
+  const early = startDemo(t, ["--name", NAME]);
   await waitFor(
     "the demo to start kube-apiserver",
     async () => (/starting kube-apiserver/.test(early.output().stderr) ? true : undefined),
@@ -304,26 +174,26 @@ t.test("Ctrl-C while the control plane is still starting leaves nothing behind e
   t.same(
     await waitFor(
       "every process of the interrupted demo to exit",
-      async () => (processesOfDemo(early.group).length === 0 ? [] : undefined),
+      async () => (leftovers.processes(early.group).length === 0 ? [] : undefined),
       {
         timeoutMs: 30_000,
-        describe: async () => processesOfDemo(early.group).join("\n"),
+        describe: async () => leftovers.processes(early.group).join("\n"),
       },
     ),
     [],
     "no process left",
   );
-  t.same(netnsOfInstance(), [], "no pod network namespace left");
-  t.notOk(bridgeExists(), "the instance's bridge is removed");
-  t.notOk(existsSync(layout.dir), "the instance's folder is removed");
+  t.same(leftovers.netns(), [], "no pod network namespace left");
+  t.notOk(leftovers.bridgeExists(), "the instance's bridge is removed");
+  t.notOk(existsSync(leftovers.layout.dir), "the instance's folder is removed");
 });
 
 t.test("a daemon killed by the same Ctrl-C during start-up still ends in a clean stop", async (t) => {
   // A Ctrl-C that lands while a daemon is being spawned reaches the daemon too (the signal is
   // pending in the forked child before it leaves the group), so its start fails. Here the test
   // kills kube-apiserver right after the Ctrl-C to have that outcome every time (CI saw it once).
-  const early = startDemo(["--name", NAME]);
-  const pidPath = `${layout.dir}/kube-apiserver.pid`;
+  const early = startDemo(t, ["--name", NAME]);
+  const pidPath = `${leftovers.layout.dir}/kube-apiserver.pid`;
   const apiserverPid = await waitFor(
     "the demo to spawn kube-apiserver",
     async () => {
@@ -354,16 +224,16 @@ t.test("a daemon killed by the same Ctrl-C during start-up still ends in a clean
   t.same(
     await waitFor(
       "every process of the interrupted demo to exit",
-      async () => (processesOfDemo(early.group).length === 0 ? [] : undefined),
-      { timeoutMs: 30_000, describe: async () => processesOfDemo(early.group).join("\n") },
+      async () => (leftovers.processes(early.group).length === 0 ? [] : undefined),
+      { timeoutMs: 30_000, describe: async () => leftovers.processes(early.group).join("\n") },
     ),
     [],
     "no process left",
   );
   t.notOk(alive(apiserverPid), "kube-apiserver is gone");
-  t.same(netnsOfInstance(), [], "no pod network namespace left");
-  t.notOk(bridgeExists(), "the instance's bridge is removed");
-  t.notOk(existsSync(layout.dir), "the instance's folder is removed");
+  t.same(leftovers.netns(), [], "no pod network namespace left");
+  t.notOk(leftovers.bridgeExists(), "the instance's bridge is removed");
+  t.notOk(existsSync(leftovers.layout.dir), "the instance's folder is removed");
 });
 
 t.test(
@@ -373,7 +243,7 @@ t.test(
     // must bring its own queue when REDIS_URL is not given).
     const existing = await startLocalCluster({ name: "pkg-demo-ext", redis: false });
     t.teardown(() => existing.stop());
-    const external = startDemo([], { KUBECONFIG: existing.kubeconfigPath });
+    const external = startDemo(t, [], { KUBECONFIG: existing.kubeconfigPath });
     const printedText = await external.instructions();
     const { stderr } = external.output();
     t.match(stderr, new RegExp(`using the cluster of KUBECONFIG=${existing.kubeconfigPath}`));
@@ -423,10 +293,10 @@ t.test(
     t.same(
       await waitFor(
         "the demo's processes to exit",
-        async () => (processesOfDemo(external.group).length === 0 ? [] : undefined),
+        async () => (leftovers.processes(external.group).length === 0 ? [] : undefined),
         {
           timeoutMs: 30_000,
-          describe: async () => processesOfDemo(external.group).join("\n"),
+          describe: async () => leftovers.processes(external.group).join("\n"),
         },
       ),
       [],

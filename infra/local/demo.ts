@@ -3,91 +3,50 @@
 //                                    kube-apiserver, kube-controller-manager, Redis, process kubelet)
 //   KUBECONFIG=... npm run demo      runs the operator against that cluster instead (Redis: REDIS_URL,
 //                                    or a redis-server started for the demo)
+//   npm run demo -- --real-nodes     real containerd/kubelet nodes instead of the process kubelet
+//                  [--nodes N]       (default 3): the operator's image built from the Dockerfile and
+//                                    installed with `helm install` of charts/etcd-operator, as users do
 //   npm run demo -- --name N         the local instance's name (default "default"), so a test can run
 //                                    its own demo beside other clusters
-// Installs the CRDs, runs the operator in this process (watcher, worker, resync scheduler, and the
+// Without Helm, installs the CRDs and runs the operator in this process (watcher, worker, resync scheduler, and the
 // HTTP server when this build has it), applies manifests/examples/example-etcd-cluster.yaml, shows
 // members joining, phase and conditions until the cluster is Available, prints how to use it
 // (etcdctl, kubectl, the HTTP URL), and stops everything on Ctrl-C. Operator logs are pretty-printed.
 import { randomBytes } from "node:crypto";
-import { accessSync, constants, mkdtempSync, readFileSync, rmSync } from "node:fs";
-import { tmpdir } from "node:os";
+import { accessSync, constants, readFileSync } from "node:fs";
 import { delimiter, join } from "node:path";
 import { parseArgs } from "node:util";
-import { CoreV1Api, CustomObjectsApi, type KubeConfig } from "@kubernetes/client-node";
+import { CoreV1Api, CustomObjectsApi } from "@kubernetes/client-node";
 import { parse } from "yaml";
 import { type EtcdCluster, GROUP, PLURAL, VERSION } from "../../shared/api/etcd-cluster.ts";
 import { loadConfig, type OperatorConfig } from "../../shared/config.ts";
-import { PooledKubeConfig } from "../../shared/kube-config.ts";
 import { httpStatusOf } from "../../shared/kube-errors.ts";
 import { createLogger } from "../../shared/log.ts";
 import { installCrds } from "../crds.ts";
 import { type RunningOperator, startOperator } from "../operator.ts";
 import { ensureAssets, newestEtcd } from "./assets.ts";
-import { startLocalCluster } from "./control-plane.ts";
-import { stopDaemon } from "./daemons.ts";
-import { clientsFor, waitFor } from "./kube-wait.ts";
+import {
+  DEMO_TRIGGER_ACCOUNT,
+  type DemoTarget,
+  existingClusterTarget,
+  localTarget,
+  realNodesTarget,
+} from "./demo-targets.ts";
+import { helmPath } from "./helm.ts";
+import { waitFor } from "./kube-wait.ts";
 import { DEFAULT_INSTANCE } from "./layout.ts";
-import { startRedis } from "./redis.ts";
 
-const { values } = parseArgs({ options: { name: { type: "string", default: DEFAULT_INSTANCE } } });
+const { values } = parseArgs({
+  options: {
+    name: { type: "string", default: DEFAULT_INSTANCE },
+    "real-nodes": { type: "boolean", default: false },
+    nodes: { type: "string", default: "3" },
+  },
+});
+const nodes = Number(values.nodes);
+if (!Number.isInteger(nodes) || nodes < 1)
+  throw new Error(`--nodes takes a number of nodes, not "${values.nodes}"`);
 const say = (line: string) => process.stderr.write(`\x1b[1m[demo]\x1b[0m ${line}\n`);
-
-/** Where the demo runs: the embedded local cluster, or the cluster KUBECONFIG names. */
-interface Target {
-  kubeconfigPath: string | undefined;
-  kc: KubeConfig;
-  redisUrl: string;
-  namespace: string;
-  local: boolean;
-  stop(): Promise<void>;
-}
-
-async function localTarget(name: string): Promise<Target> {
-  const cluster = await startLocalCluster({ name, log: say });
-  const { kc } = clientsFor(cluster.kubeconfigPath);
-  return {
-    kubeconfigPath: cluster.kubeconfigPath,
-    kc,
-    redisUrl: cluster.redisUrl ?? "",
-    namespace: "default",
-    local: true,
-    stop: () => cluster.stop(),
-  };
-}
-
-async function existingClusterTarget(kubeconfig: string): Promise<Target> {
-  const kc = new PooledKubeConfig();
-  kc.loadFromDefault();
-  say(`using the cluster of KUBECONFIG=${kubeconfig} (context ${kc.getCurrentContext()})`);
-  const namespace =
-    process.env.MY_POD_NAMESPACE || kc.getContextObject(kc.getCurrentContext())?.namespace || "default";
-  if (process.env.REDIS_URL) {
-    return {
-      kubeconfigPath: kubeconfig,
-      kc,
-      redisUrl: process.env.REDIS_URL,
-      namespace,
-      local: false,
-      stop: async () => {},
-    };
-  }
-  // No Redis given: one for the demo's lifetime, its data in a temporary folder.
-  const dir = mkdtempSync(join(tmpdir(), "etcd-operator-demo-redis-"));
-  const redis = await startRedis({ dir, logFile: join(dir, "redis.log"), pidFile: join(dir, "redis.pid") });
-  say(`started redis-server for the queue at ${redis.url}`);
-  return {
-    kubeconfigPath: kubeconfig,
-    kc,
-    redisUrl: redis.url,
-    namespace,
-    local: false,
-    async stop() {
-      await stopDaemon(redis.record);
-      rmSync(dir, { recursive: true, force: true });
-    },
-  };
-}
 
 /**
  * The HTTP server's URL when this build's operator serves one. Read by key because the HTTP role
@@ -126,9 +85,13 @@ process.on("SIGTERM", early);
 
 const assets = await ensureAssets({ log: say });
 const kubeconfigEnv = process.env.KUBECONFIG;
-let target: Target;
+let target: DemoTarget;
 try {
-  target = kubeconfigEnv ? await existingClusterTarget(kubeconfigEnv) : await localTarget(values.name);
+  target = kubeconfigEnv
+    ? await existingClusterTarget(kubeconfigEnv, say)
+    : values["real-nodes"]
+      ? await realNodesTarget(values.name, nodes, say)
+      : await localTarget(values.name, say);
 } catch (error) {
   if (!interrupted) throw error;
   // Ctrl-C that lands while a daemon is being spawned kills that daemon too: the signal is already
@@ -149,7 +112,11 @@ let stopping = false;
 async function shutdown(code: number): Promise<never> {
   if (!stopping) {
     stopping = true;
-    say(`stopping the operator${target.local ? " and the local control plane" : ""}`);
+    say(
+      target.helmRelease
+        ? "stopping the local control plane and its nodes"
+        : `stopping the operator${target.local ? " and the local control plane" : ""}`,
+    );
     await operator?.stop().catch(() => undefined);
     if (!target.local && created) {
       // On someone's cluster, leave nothing of the demo behind (its pods go with it).
@@ -181,8 +148,11 @@ process.on("SIGINT", () => void shutdown(0));
 process.on("SIGTERM", () => void shutdown(0));
 if (interrupted) await shutdown(0);
 
-say("installing the CRDs");
-await installCrds(target.kc);
+// With Helm, the chart installed the CRDs and runs the operator in the cluster.
+if (!target.helmRelease) {
+  say("installing the CRDs");
+  await installCrds(target.kc);
+}
 // The demo's HTTP API and dashboard take a token made here (or HTTP_STATIC_TOKEN), printed below
 // for the person running it: a local convenience, not how a cluster install authenticates.
 const demoToken = process.env.HTTP_STATIC_TOKEN || randomBytes(24).toString("hex");
@@ -194,7 +164,7 @@ const config = loadConfig({
   HTTP_STATIC_TOKEN: demoToken,
 });
 const log = createLogger({ level: config.logLevel, pretty: true }).child({ component: "operator" });
-operator = await startOperator({ kc: target.kc, config, log });
+if (!target.helmRelease) operator = await startOperator({ kc: target.kc, config, log });
 
 const examplePath = new URL("../../manifests/examples/example-etcd-cluster.yaml", import.meta.url);
 const example = parse(readFileSync(examplePath, "utf8")) as EtcdCluster;
@@ -259,6 +229,26 @@ const ready = await waitFor(
 );
 
 const core = target.kc.makeApiClient(CoreV1Api);
+
+/** What to type next when the operator runs in the cluster: its release, logs and HTTP Service. */
+async function inClusterLines(
+  release: string,
+  kubectl: string,
+  ns: string,
+  cluster: string,
+): Promise<string[]> {
+  const service = await core.readNamespacedService({ namespace: target.namespace, name: `${release}-http` });
+  const reconcile = `https://${service.spec?.clusterIP}/v1/namespaces/${target.namespace}/etcdclusters/${cluster}/reconcile`;
+  return [
+    `  helm${ns} status ${release}`,
+    `  ${kubectl}${ns} get pods -l app.kubernetes.io/instance=${release} -o wide   # the operator's pods`,
+    `  ${kubectl}${ns} logs deploy/${release}-worker`,
+    "",
+    // The chart's certificate is self-signed for the Service's DNS names, which the host cannot resolve.
+    `HTTP API through the chart's Service, with the token of a ServiceAccount that may update EtcdClusters:`,
+    `  curl -k -X POST -H "Authorization: Bearer $(${kubectl}${ns} create token ${DEMO_TRIGGER_ACCOUNT})" ${reconcile}`,
+  ];
+}
 const pods = await core.listNamespacedPod({
   namespace: target.namespace,
   labelSelector: `etcd_cluster=${name}`,
@@ -282,6 +272,7 @@ process.stdout.write(
       ? [
           `  export KUBECONFIG=${target.kubeconfigPath}`,
           `  alias kubectl=${assets.kubectl}   # v${assets.kubernetesVersion}, built for the demo`,
+          ...(target.helmRelease ? [`  alias helm=${helmPath()}`] : []),
         ]
       : []),
     `  ${kubectl}${ns} get etcd                      # size, ready, version, phase`,
@@ -300,7 +291,8 @@ process.stdout.write(
           `  ${kubectl}${ns} exec ${firstPod} -- etcdctl get hello`,
           `  ${kubectl}${ns} exec ${firstPod} -- etcdctl member list -w table`,
         ]),
-    ...(url
+    ...(target.helmRelease ? await inClusterLines(target.helmRelease, kubectl, ns, name) : []),
+    ...(url && !target.helmRelease
       ? [
           "",
           `HTTP API: ${url} (OpenAPI at ${url}/openapi.json); the demo's token: ${demoToken}`,
@@ -309,7 +301,9 @@ process.stdout.write(
         ]
       : []),
     "",
-    `The queue (BullMQ) is in Redis at ${target.redisUrl}. Press Ctrl-C to stop everything.`,
+    target.helmRelease
+      ? "The operator runs in the cluster, its queue in the chart's bundled Redis. Press Ctrl-C to stop everything."
+      : `The queue (BullMQ) is in Redis at ${target.redisUrl}. Press Ctrl-C to stop everything.`,
     "",
   ].join("\n"),
 );

@@ -2,7 +2,7 @@
 # The project's entry point for people and CI: sets up the machine (Node LTS, npm packages,
 # Debian packages, built binaries; each only when missing) and then runs what was asked.
 #   run.sh test [tap args]   type-check, lint, and all tests against the local control plane
-#   run.sh demo              the local control plane with an example, until Ctrl-C
+#   run.sh demo [--real-nodes]  the local control plane with an example, until Ctrl-C
 #   run.sh local up|down|status [--name N]
 #   run.sh assets [--check]  build (or check) the pinned kube/etcd/versitygw binaries
 #   run.sh image [--rebuild-bases]  build the operator's image from the Dockerfile (buildah)
@@ -41,6 +41,7 @@ case "$cmd" in
     exit "$rc"
     ;;
   demo)
+    if [[ "$*" == *--real-nodes* ]]; then ensure_image_packages; ensure_node_packages; fi
     node infra/local/assets.ts >/dev/null
     exec node infra/local/demo.ts "$@"
     ;;
