@@ -2,16 +2,19 @@
 // kubelet v1.34.4 and kube-proxy (iptables), pods on a CNI bridge, CoreDNS as the cluster DNS.
 // Proves the nodes themselves (DNS, Services, pod networking across nodes, kubelet's API, images
 // missing on a node), then the operator making a cluster on them whose members find each other
-// through CoreDNS only, and finally that stopping the instance leaves nothing in the kernel.
+// through CoreDNS only, and finally that stopping the instance leaves nothing in the kernel, nor
+// does a start that fails because a node cannot start.
 import { execFileSync } from "node:child_process";
-import { existsSync, readdirSync } from "node:fs";
-import { join } from "node:path";
+import { existsSync, mkdtempSync, readdirSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { dirname, join } from "node:path";
 import { CustomObjectsApi, type V1Pod, type V1PodSpec } from "@kubernetes/client-node";
-import t from "tap";
+import t, { type Test } from "tap";
 import { installCrds } from "../infra/crds.ts";
 import { ensureAssets } from "../infra/local/assets.ts";
 import { startLocalCluster } from "../infra/local/control-plane.ts";
 import { clientsFor, isReady, readPod, waitFor, waitForPod } from "../infra/local/kube-wait.ts";
+import { instanceLayout } from "../infra/local/layout.ts";
 import { mountsUnder } from "../infra/local/nodes/host-state.ts";
 import { CLUSTER_DNS_IP } from "../infra/local/nodes/layout.ts";
 import { Kube } from "../shared/kube.ts";
@@ -205,31 +208,25 @@ t.test("the operator makes a 3-member cluster over both nodes; members find each
   );
 });
 
-t.test("stopping the instance leaves no process, mount, namespace, cgroup or route", async (t) => {
-  const dir = local.dir;
-  await local.stop();
-  stopped = true;
-  const leftovers = execFileSync("ps", ["-eo", "args"], { encoding: "utf8" })
+/** What an instance of real nodes may leave behind once stopped: each check with its finding. */
+function leftoversOf(dir: string, network: { netnsPrefix: string; bridge: string }, t: Test): void {
+  const processes = execFileSync("ps", ["-eo", "args"], { encoding: "utf8" })
     .split("\n")
     .filter((line) => line.includes(dir) || /containerd-shim|\/pause$|coredns/.test(line));
-  t.same(leftovers, [], "no process");
+  t.same(processes, [], "no process");
   t.same(mountsUnder(dir), [], "no mount");
   const netns = existsSync("/var/run/netns") ? readdirSync("/var/run/netns") : [];
   t.same(
-    netns.filter((n) => n.startsWith(local.network.netnsPrefix)),
+    netns.filter((n) => n.startsWith(network.netnsPrefix)),
     [],
     "no network namespace",
   );
-  const slot = local.network.netnsPrefix.replace(/^eop|-$/g, "");
+  const slot = network.netnsPrefix.replace(/^eop|-$/g, "");
   const cgroups = readdirSync("/sys/fs/cgroup").flatMap((h) =>
     existsSync(join("/sys/fs/cgroup", h, `eop${slot}-node1`)) ? [h] : [],
   );
   t.same(cgroups, [], "no cgroup");
-  t.notMatch(
-    execFileSync("ip", ["route"], { encoding: "utf8" }),
-    new RegExp(local.network.bridge),
-    "no route",
-  );
+  t.notMatch(execFileSync("ip", ["route"], { encoding: "utf8" }), new RegExp(network.bridge), "no route");
   t.notOk(existsSync(dir), "no files");
   const shims = existsSync(SHIM_DIR) ? readdirSync(SHIM_DIR) : [];
   t.same(
@@ -237,4 +234,29 @@ t.test("stopping the instance leaves no process, mount, namespace, cgroup or rou
     [],
     "no containerd shim socket",
   );
+}
+
+t.test("stopping the instance leaves no process, mount, namespace, cgroup or route", async (t) => {
+  const dir = local.dir;
+  await local.stop();
+  stopped = true;
+  leftoversOf(dir, local.network, t);
+});
+
+t.test("a node that cannot start stops the start with what to read, and leaves nothing", async (t) => {
+  // An image archive containerd cannot import, as a broken image build leaves one.
+  const broken = join(mkdtempSync(join(tmpdir(), "eop-broken-image-")), "broken.oci.tar");
+  writeFileSync(broken, "not an OCI archive");
+  const name = "e2e-real-nodes-bad";
+  const error = await startLocalCluster({ name, realNodes: 1, nodeImages: [broken] }).then(
+    () => undefined,
+    (e: unknown) => e,
+  );
+  t.ok(error instanceof Error, "the start fails");
+  const messages: string[] = [];
+  for (let e: unknown = error; e instanceof Error; e = e.cause) messages.push(e.message);
+  t.match(messages.join("\n"), `node-1: importing ${broken} into containerd failed`, "names the archive");
+  const layout = instanceLayout(name);
+  leftoversOf(layout.dir, layout.network, t);
+  rmSync(dirname(broken), { recursive: true, force: true });
 });

@@ -137,7 +137,10 @@ async function ctr(node: RealNodeLayout, args: string[]): Promise<string> {
 export async function importImages(node: RealNodeLayout, archives: string[]): Promise<void> {
   for (const archive of archives) {
     await ctr(node, ["images", "import", archive]).catch((error: unknown) => {
-      throw new Error(`${node.name}: importing ${archive} into containerd failed`, { cause: error });
+      const said = (error as { stderr?: string }).stderr?.trim();
+      throw new Error(`${node.name}: importing ${archive} into containerd failed${said ? `: ${said}` : ""}`, {
+        cause: error,
+      });
     });
   }
 }

@@ -159,18 +159,37 @@ async function deployCoredns(o: RealNodesOptions): Promise<void> {
 export async function startRealNodes(o: RealNodesOptions): Promise<RealNodeLayout[]> {
   const nodes = realNodeLayouts(o.instance, o.count);
   const started = Date.now();
-  const records = (await Promise.all(nodes.map((node) => startNode(o, node, nodes)))).flat();
+  const agents = (
+    await Promise.all(
+      nodes.map(async (node) =>
+        (
+          await startNode(o, node, nodes)
+        ).map((record) => ({
+          node,
+          record,
+          // Records are named "<node> <agent>", their logs "<agent>.log".
+          log: logFileOf(node, record.name.slice(node.name.length + 1)),
+        })),
+      ),
+    )
+  ).flat();
   o.log(`${nodes.length} node(s): containerd, kubelet and kube-proxy started; waiting for Ready`);
   await waitUntil(async () => (await readyNodes(o)).length === nodes.length, {
     what: `real nodes ${nodes.map((n) => n.name).join(", ")} Ready`,
     timeoutMs: NODE_READY_TIMEOUT_MS,
     intervalMs: 250,
-    alive: () => {
-      const dead = records.find((r) => !isOurProcess(r));
-      if (dead) o.log(`${dead.name} exited; see the logs in ${nodesDir(o.instance)}`);
-      return dead === undefined;
-    },
+    alive: () => agents.every((a) => isOurProcess(a.record)),
     logFile: nodes[0] && logFileOf(nodes[0], "kubelet"),
+  }).catch((error: unknown) => {
+    // The log of the agent that exited, not the first kubelet's.
+    const dead = agents.find((a) => !isOurProcess(a.record));
+    if (!dead) throw error;
+    throw new Error(
+      // The start's cleanup removes the node's folder; ETCD_OPERATOR_KEEP_LOGS=DIR keeps its logs.
+      `${dead.record.name} exited while the node started; the last lines of ${dead.log}:\n` +
+        tailFile(dead.log, 10),
+      { cause: error },
+    );
   });
   o.log(`nodes Ready in ${((Date.now() - started) / 1000).toFixed(1)} s; deploying CoreDNS`);
   await deployCoredns(o).catch((error: unknown) => {
