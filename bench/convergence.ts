@@ -1,5 +1,8 @@
 // Benchmark: how fast the operator converges, against a reference measured in the same run.
-//   node bench/convergence.ts [--runs N]
+//   node bench/convergence.ts [--runs N] [--real-nodes N] [--save]
+// With --real-nodes, the pods run on N containerd/kubelet nodes (CNI, kube-proxy, CoreDNS) instead of
+// the process kubelet; the operator still runs in this process. With --save, the figures also go to
+// bench/results/convergence[-real-nodes].json (see bench/render.ts).
 // Scenarios (one JSON object each on stdout):
 //   create: apply a size-3 EtcdCluster → Available with 3 voting members.
 //           reference: three etcd pods bootstrapped statically (--initial-cluster) → all Ready.
@@ -35,12 +38,21 @@ import { DEFAULT_ETCD_VERSION } from "../shared/etcd-versions.ts";
 import { Kube } from "../shared/kube.ts";
 import { silentLogger } from "../shared/log.ts";
 import { memberPod, newMemberName, peerService, peerURL } from "../shared/member-pods.ts";
+import { saveResults } from "./results.ts";
 import { keepLogs, load, ratio, summary } from "./stats.ts";
 
-const { values } = parseArgs({ options: { runs: { type: "string", default: "3" } } });
+const { values } = parseArgs({
+  options: {
+    runs: { type: "string", default: "3" },
+    "real-nodes": { type: "string" },
+    save: { type: "boolean", default: false },
+  },
+});
 const runs = Number(values.runs);
+const realNodes = values["real-nodes"] === undefined ? undefined : Number(values["real-nodes"]);
+const nodes = realNodes ? `${realNodes} real nodes` : "process kubelet";
 const NS = "default";
-const cluster = await startLocalCluster({ name: "bench", log: () => {} });
+const cluster = await startLocalCluster({ name: "bench", log: () => {}, realNodes });
 const { kc, core } = clientsFor(cluster.kubeconfigPath);
 const custom = kc.makeApiClient(CustomObjectsApi);
 const kube = new Kube(kc);
@@ -268,6 +280,7 @@ const createRef = summary(create.reference);
 const results = [
   {
     scenario: "create",
+    nodes,
     runs,
     operatorMs: createOp,
     referenceMs: createRef,
@@ -281,6 +294,7 @@ const results = [
     return {
       scenario: "heal",
       lost: role,
+      nodes,
       runs,
       operatorMs: healOp,
       referenceMs: healRef,
@@ -296,6 +310,10 @@ const results = [
   }),
 ];
 for (const r of results) process.stdout.write(`${JSON.stringify(r)}\n`);
+if (values.save) {
+  const file = realNodes ? "convergence-real-nodes" : "convergence";
+  process.stderr.write(`saved ${saveResults(file, "convergence", nodes, results)}\n`);
+}
 await operator.stop();
 keepLogs(cluster.dir, (line) => process.stderr.write(`${line}\n`));
 await cluster.stop();
