@@ -23,12 +23,20 @@ import { ensureHelm } from "../infra/local/helm.ts";
 import { clientsFor, eventsFor, waitFor } from "../infra/local/kube-wait.ts";
 import { endpointStatuses } from "../shared/etcd-members.ts";
 import { Kube } from "../shared/kube.ts";
-import { awsSecretData, createSecret, waitBackupOutcome, waitRestore } from "./helpers/backups.ts";
+import {
+  awsSecretData,
+  createSecret,
+  fillKeyspace,
+  waitBackupOutcome,
+  waitRestore,
+} from "./helpers/backups.ts";
 import { getCluster, memberEndpoints, patchSpec, waitReady } from "./helpers/clusters.ts";
 
 const NS = "etcd-operator";
 const RELEASE = "eop";
 const EXAMPLE = "example-etcd-cluster";
+/** What the backup test writes first, so that the backup is still streaming when the operator goes. */
+const FILL_BYTES = 96 * 1024 * 1024;
 const image = await buildOperatorImage({ progress: (line) => t.comment(line) });
 const assets = await ensureAssets({ only: ["kubernetes", "etcd", "node", "coredns", "versitygw"] });
 const local = await startLocalCluster({
@@ -392,6 +400,8 @@ t.test(
     const etcd = new Etcd3({ hosts: await memberEndpoints(c, NS, EXAMPLE) });
     t.teardown(() => etcd.close());
     await etcd.put("before-backup").value("kept");
+    // Enough data that the operator's pods can be deleted while the snapshot streams to the store.
+    const filled = await fillKeyspace(etcd, FILL_BYTES);
     // The seeds' example, with the store's in-cluster address.
     const backup = parse(readFileSync("manifests/examples/example-etcd-backup-s3.yaml", "utf8")) as {
       metadata: { name: string };
@@ -399,8 +409,24 @@ t.test(
     };
     backup.spec.s3.endpoint = "http://s3.etcd-operator.svc:7070";
     backup.spec.s3.forcePathStyle = true;
+    const logsSince = Date.now();
+    const secondsSince = (start: number) => Math.ceil((Date.now() - start) / 1000) + 1;
     apply(NS, backup);
-    // Every operator pod goes as soon as the backup is asked for (one this small may be done by then).
+    // Every operator pod goes once a member says it is sending the snapshot: mid-way.
+    const sender = await waitFor(
+      "a member to start sending its snapshot",
+      async () => {
+        for (const pod of await membersOf(EXAMPLE)) {
+          const name = pod.metadata?.name ?? "";
+          const log = await core
+            .readNamespacedPodLog({ namespace: NS, name, sinceSeconds: secondsSince(logsSince) })
+            .catch(() => "");
+          if (String(log).includes("sending database snapshot to client")) return name;
+        }
+        return undefined;
+      },
+      { timeoutMs: 120_000, intervalMs: 100 },
+    );
     kubectl(
       "delete",
       "pods",
@@ -410,9 +436,10 @@ t.test(
       `app.kubernetes.io/instance=${RELEASE}`,
       "--wait=false",
     );
-    const early = (await c.kube.getBackup(NS, backup.metadata.name))?.status?.succeeded;
-    t.comment(
-      `when the operator's pods were deleted, the backup ${early === undefined ? "was not done" : "was done"}`,
+    t.not(
+      (await c.kube.getBackup(NS, backup.metadata.name))?.status?.succeeded,
+      true,
+      `the operator's pods were deleted while ${sender} sent the snapshot, before the backup was done`,
     );
     const status = await waitBackupOutcome(c, NS, backup.metadata.name, {
       timeoutMs: 240_000,
@@ -422,7 +449,10 @@ t.test(
     const stored = await s3.send(
       new HeadObjectCommand({ Bucket: "etcd-backups", Key: "example-etcd-cluster.backup" }),
     );
-    t.ok((stored.ContentLength ?? 0) > 0, `the backup is in the store (${stored.ContentLength} bytes)`);
+    t.ok(
+      (stored.ContentLength ?? 0) > FILL_BYTES,
+      `the whole snapshot is in the store (${stored.ContentLength} bytes)`,
+    );
 
     kubectl("delete", "etcdbackup", "--namespace", NS, backup.metadata.name);
 
@@ -444,6 +474,11 @@ t.test(
     t.teardown(() => restored.close());
     t.equal(await restored.get("before-backup").string(), "kept", "what the backup held is back");
     t.equal(await restored.get("after-backup").string(), null, "what came after the backup is not");
+    t.equal(
+      await restored.getAll().prefix("fill/").count(),
+      filled,
+      `all ${filled} MiB filled before the backup are back`,
+    );
     kubectl("delete", "etcdrestore", "--namespace", NS, restore.metadata.name);
     kubectl("delete", "deployment/s3", "service/s3", "secret/s3-root", "secret/aws", "--namespace", NS);
   },
