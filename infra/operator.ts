@@ -230,15 +230,20 @@ async function main(): Promise<void> {
     "etcd operator running",
   );
   let stopping = false;
+  // The HTTP server answers on for a while after SIGTERM (HTTP_SHUTDOWN_DELAY_MS): kube-proxy routes
+  // new connections to a terminating pod until it has seen the pod go, and those would time out.
+  const drainMs = role === "all" || role === "http" ? config.httpShutdownDelayMs : 0;
   const shutdown = (signal: string) => {
     if (stopping) return;
     stopping = true;
-    log.info({ signal }, "shutting down");
-    keeper.stop();
-    operator.stop().then(
-      () => process.exit(0),
-      () => process.exit(1),
-    );
+    log.info({ signal, drainMs }, "shutting down");
+    setTimeout(() => {
+      keeper.stop();
+      operator.stop().then(
+        () => process.exit(0),
+        () => process.exit(1),
+      );
+    }, drainMs);
   };
   process.on("SIGTERM", () => shutdown("SIGTERM"));
   process.on("SIGINT", () => shutdown("SIGINT"));

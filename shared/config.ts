@@ -51,6 +51,11 @@ export interface OperatorConfig {
   httpTlsSelfSigned: boolean;
   /** DNS names and IPs the self-signed certificate is valid for. */
   httpTlsHosts: string[];
+  /**
+   * With httpTlsSelfSigned: the Secret (in the operator's namespace) that keeps the CA and
+   * certificate, so that every replica and restart serves the same one.
+   */
+  httpTlsSecret?: string;
   /** The ValidatingWebhookConfiguration whose caBundle the server keeps set to its self-signed CA. */
   webhookConfigurationName?: string;
   /** A fixed bearer token for local use, besides Kubernetes tokens; never logged. */
@@ -61,6 +66,11 @@ export interface OperatorConfig {
   metricsRequireAuth: boolean;
   /** Roles without the HTTP server (watcher, worker, scheduler) serve health and metrics on this port; 0: off. */
   metricsPort: number;
+  /**
+   * How long the HTTP server keeps serving after SIGTERM, before it closes: behind a Service,
+   * kube-proxy may send new connections to a terminating pod until it has seen the pod go.
+   */
+  httpShutdownDelayMs: number;
 }
 
 export const DEFAULT_OPERATOR_IMAGE = "ghcr.io/etcd-operator-ts/etcd-operator:v0.1.0";
@@ -132,11 +142,13 @@ type HttpConfig = Pick<
   | "httpTlsKeyFile"
   | "httpTlsSelfSigned"
   | "httpTlsHosts"
+  | "httpTlsSecret"
   | "webhookConfigurationName"
   | "httpStaticToken"
   | "httpRateLimitPerMinute"
   | "metricsRequireAuth"
   | "metricsPort"
+  | "httpShutdownDelayMs"
 >;
 
 /** Shortest static token accepted: a guessable token would open the API to anyone who can reach it. */
@@ -166,10 +178,12 @@ function httpConfig(env: Record<string, string | undefined>): HttpConfig {
     httpTlsKeyFile: keyFile,
     httpTlsSelfSigned: bool(env, "HTTP_TLS_SELF_SIGNED", false),
     httpTlsHosts: hosts,
+    httpTlsSecret: env.HTTP_TLS_SECRET || undefined,
     webhookConfigurationName: env.WEBHOOK_CONFIGURATION || undefined,
     httpStaticToken: staticToken,
     httpRateLimitPerMinute: int(env, "HTTP_RATE_LIMIT_PER_MINUTE", 600, 1, 1_000_000),
     metricsRequireAuth: bool(env, "METRICS_REQUIRE_AUTH", true),
     metricsPort: int(env, "METRICS_PORT", 0, 0, 65_535),
+    httpShutdownDelayMs: int(env, "HTTP_SHUTDOWN_DELAY_MS", 0, 0, 60_000),
   };
 }

@@ -392,25 +392,39 @@ t.test("the dashboard loads in headless Chromium after login and shows the clust
   }
 });
 
-t.test("the http role runs as its own process and stops cleanly on SIGTERM", async (t) => {
-  const role = startOperatorProcess(cluster, "http", { HTTP_HOST: "127.0.0.1", LOG_LEVEL: "info" });
-  try {
-    const url = await waitFor("the http role to listen", async () => {
-      const line = readFileSync(role.logFile, "utf8")
-        .split("\n")
-        .find((l) => l.includes('"msg":"HTTP server listening"'));
-      return line ? (JSON.parse(line) as { url: string }).url : undefined;
+t.test(
+  "the http role runs as its own process, serves on for its drain delay after SIGTERM, and stops cleanly",
+  async (t) => {
+    const role = startOperatorProcess(cluster, "http", {
+      HTTP_HOST: "127.0.0.1",
+      LOG_LEVEL: "info",
+      HTTP_SHUTDOWN_DELAY_MS: "2000",
     });
-    t.match(url, /^http:\/\/127\.0\.0\.1:\d+$/);
-    const live = await fetch(`${url}/livez`);
-    t.equal(live.status, 200);
-    const ready = await fetch(`${url}/readyz`);
-    t.equal(ready.status, 200);
-  } finally {
-    await role.kill("SIGTERM");
-  }
-  t.equal(role.child.exitCode, 0, "exit 0 after SIGTERM");
-});
+    let url = "";
+    try {
+      url = await waitFor("the http role to listen", async () => {
+        const line = readFileSync(role.logFile, "utf8")
+          .split("\n")
+          .find((l) => l.includes('"msg":"HTTP server listening"'));
+        return line ? (JSON.parse(line) as { url: string }).url : undefined;
+      });
+      t.match(url, /^http:\/\/127\.0\.0\.1:\d+$/);
+      const live = await fetch(`${url}/livez`);
+      t.equal(live.status, 200);
+      const ready = await fetch(`${url}/readyz`);
+      t.equal(ready.status, 200);
+    } finally {
+      const stopped = role.kill("SIGTERM");
+      const signalled = Date.now();
+      // Within the delay the server still answers, as behind a Service whose rules lag behind.
+      await new Promise((resolve) => setTimeout(resolve, 1000));
+      if (url) t.equal((await fetch(`${url}/livez`)).status, 200, "still serving 1 s after SIGTERM");
+      await stopped;
+      t.ok(Date.now() - signalled >= 2000, "gone only after the 2 s drain delay");
+    }
+    t.equal(role.child.exitCode, 0, "exit 0 after SIGTERM");
+  },
+);
 
 t.test("a webhook that is down blocks changes, never deletion", async (t) => {
   const held = await apply(

@@ -20,7 +20,7 @@ import { fullImageName, versitygwImage } from "../infra/image/cluster-images.ts"
 import { ensureAssets } from "../infra/local/assets.ts";
 import { startLocalCluster } from "../infra/local/control-plane.ts";
 import { ensureHelm } from "../infra/local/helm.ts";
-import { clientsFor, eventsFor, waitFor } from "../infra/local/kube-wait.ts";
+import { clientsFor, eventsFor, isReady, waitFor } from "../infra/local/kube-wait.ts";
 import { endpointStatuses } from "../shared/etcd-members.ts";
 import { Kube } from "../shared/kube.ts";
 import {
@@ -88,6 +88,13 @@ function etcdCluster(name: string, spec: object, annotations: Record<string, str
 }
 const helmBinary = await ensureHelm({ log: (line) => t.comment(line) });
 const helm = (...args: string[]) => run(helmBinary, args);
+
+/** The HTTP server's pods that are not being deleted. */
+async function httpPods() {
+  return (
+    await core.listNamespacedPod({ namespace: NS, labelSelector: "app.kubernetes.io/component=http" })
+  ).items.filter((p) => !p.metadata?.deletionTimestamp);
+}
 
 async function membersOf(name: string) {
   return (
@@ -218,6 +225,25 @@ t.test("the webhook, called by kube-apiserver through its Service, refuses an in
     { timeoutMs: 120_000, intervalMs: 1000 },
   );
   t.match(refused, /admission webhook .* denied the request/, "kubectl apply refused by the webhook");
+});
+
+t.test("the webhook keeps answering while one of its two HTTP pods is deleted", async (t) => {
+  await waitFor(
+    "both HTTP pods Ready",
+    async () => ((await httpPods()).filter(isReady).length === 2 ? true : undefined),
+    { timeoutMs: 120_000, intervalMs: 500 },
+  );
+  const [victim] = await httpPods();
+  kubectl("delete", "pod", "--namespace", NS, victim?.metadata?.name ?? "", "--wait=false");
+  // Every apply until a new pod has replaced it: each refused by the webhook, none for want of one.
+  const answers: string[] = [];
+  const until = Date.now() + 20_000;
+  while (Date.now() < until) {
+    answers.push(applyError(NS, etcdCluster("bad", { size: 3, version: "2.3.8" })));
+    await new Promise((resolve) => setTimeout(resolve, 250));
+  }
+  const unanswered = answers.filter((a) => !/admission webhook .* denied the request/.test(a));
+  t.same(unanswered, [], `all ${answers.length} applies were refused by the webhook itself`);
 });
 
 t.test("kubectl scale 3 → 5 → 3, the operator's pods deleted in the middle", async (t) => {

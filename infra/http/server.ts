@@ -6,7 +6,7 @@
 // schema validation (400), authorization (403), then the handler (404 for unknown objects).
 import { Server as HttpsServer } from "node:https";
 import rateLimit from "@fastify/rate-limit";
-import type { KubeConfig } from "@kubernetes/client-node";
+import { CoreV1Api, type KubeConfig } from "@kubernetes/client-node";
 import { Queue } from "bullmq";
 import Fastify, { type FastifyBaseLogger, type FastifyInstance, LogController } from "fastify";
 import { Redis } from "ioredis";
@@ -185,7 +185,10 @@ export async function startHttp(options: {
   const { kc, config } = options;
   const log = options.log.child({ component: "http" });
   const mode = options.mode ?? "full";
-  const tls = mode === "full" ? await servingTls(config) : undefined;
+  const tls =
+    mode === "full"
+      ? await servingTls(config, { core: kc.makeApiClient(CoreV1Api), namespace: config.namespace })
+      : undefined;
   // Fail fast while Redis is down (503 after a retry) rather than let requests queue up.
   const redis = new Redis(config.redisUrl, { maxRetriesPerRequest: 1 });
   redis.on("error", (error) => log.debug({ err: error }, "redis connection error"));

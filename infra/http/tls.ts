@@ -2,9 +2,11 @@
 // they change, so renewals need no restart), or, for small installs and tests, from a CA made at
 // start-up (shared/pki.ts). The API server must trust it to call the webhook: with files, the
 // manifests carry the CA; self-signed, the server writes its CA into the ValidatingWebhookConfiguration
-// (webhook-configuration.ts keepCaBundle).
+// (webhook-configuration.ts keepCaBundle). With HTTP_TLS_SECRET, that CA is made once and kept in
+// a Secret that every replica serves from (shared-tls.ts).
 import { readFile, stat } from "node:fs/promises";
 import { isIP } from "node:net";
+import type { CoreV1Api } from "@kubernetes/client-node";
 import type { OperatorConfig } from "../../shared/config.ts";
 
 export interface ServingTls {
@@ -40,12 +42,20 @@ async function readFiles(certFile: string, keyFile: string): Promise<ServingTls>
   }
 }
 
-/** The TLS the config asks for, or undefined for plain HTTP. */
-export async function servingTls(config: OperatorConfig): Promise<ServingTls | undefined> {
+/**
+ * The TLS the config asks for, or undefined for plain HTTP. Self-signed with a Secret named, the
+ * certificate every replica shares (shared-tls.ts), in `namespace`.
+ */
+export async function servingTls(
+  config: OperatorConfig,
+  kube: { core: CoreV1Api; namespace: string },
+): Promise<ServingTls | undefined> {
   if (config.httpTlsCertFile && config.httpTlsKeyFile)
     return readFiles(config.httpTlsCertFile, config.httpTlsKeyFile);
-  if (config.httpTlsSelfSigned) return selfSignedTls(config.httpTlsHosts);
-  return undefined;
+  if (!config.httpTlsSelfSigned) return undefined;
+  if (!config.httpTlsSecret) return selfSignedTls(config.httpTlsHosts);
+  const { sharedSelfSignedTls } = await import("./shared-tls.ts");
+  return sharedSelfSignedTls(kube.core, kube.namespace, config.httpTlsSecret, config.httpTlsHosts);
 }
 
 /**
