@@ -3,9 +3,9 @@
 // Proves the nodes themselves (DNS, Services, pod networking across nodes, kubelet's API, images
 // missing on a node), then the operator making a cluster on them whose members find each other
 // through CoreDNS only, and finally that stopping the instance leaves nothing in the kernel, nor
-// does a start that fails because a node cannot start.
+// does a start that fails because a node cannot start, nor a crash once the next start is done.
 import { execFileSync } from "node:child_process";
-import { existsSync, mkdtempSync, readdirSync, rmSync, writeFileSync } from "node:fs";
+import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
 import { CustomObjectsApi, type V1Pod, type V1PodSpec } from "@kubernetes/client-node";
@@ -13,6 +13,7 @@ import t, { type Test } from "tap";
 import { installCrds } from "../infra/crds.ts";
 import { ensureAssets } from "../infra/local/assets.ts";
 import { startLocalCluster } from "../infra/local/control-plane.ts";
+import { readPidFile } from "../infra/local/daemons.ts";
 import { clientsFor, isReady, readPod, waitFor, waitForPod } from "../infra/local/kube-wait.ts";
 import { instanceLayout } from "../infra/local/layout.ts";
 import { mountsUnder } from "../infra/local/nodes/host-state.ts";
@@ -210,8 +211,10 @@ t.test("the operator makes a 3-member cluster over both nodes; members find each
 
 /** What an instance of real nodes may leave behind once stopped: each check with its finding. */
 function leftoversOf(dir: string, network: { netnsPrefix: string; bridge: string }, t: Test): void {
-  const processes = execFileSync("ps", ["-eo", "args"], { encoding: "utf8" })
+  // Zombies are left out: they have exited, and init reaps them (killed shims are init's children).
+  const processes = execFileSync("ps", ["-eo", "stat=,args="], { encoding: "utf8" })
     .split("\n")
+    .filter((line) => !line.trimStart().startsWith("Z"))
     .filter((line) => line.includes(dir) || /containerd-shim|\/pause$|coredns/.test(line));
   t.same(processes, [], "no process");
   t.same(mountsUnder(dir), [], "no mount");
@@ -259,4 +262,57 @@ t.test("a node that cannot start stops the start with what to read, and leaves n
   const layout = instanceLayout(name);
   leftoversOf(layout.dir, layout.network, t);
   rmSync(dirname(broken), { recursive: true, force: true });
+});
+
+/** Pids of live processes whose command line is exactly `cmdline`. */
+function processesRunning(cmdline: string): number[] {
+  return readdirSync("/proc")
+    .filter((p) => /^\d+$/.test(p))
+    .filter((p) => {
+      try {
+        return readFileSync(`/proc/${p}/cmdline`, "utf8").replace(/\0/g, " ").trim() === cmdline;
+      } catch {
+        return false;
+      }
+    })
+    .map(Number);
+}
+
+t.test("a start after a crash of everything cleans up what the real nodes left", async (t) => {
+  const name = "e2e-real-nodes-crash";
+  const layout = instanceLayout(name);
+  const crashed = await startLocalCluster({ name, realNodes: 1 });
+  const { core: crashedCore } = clientsFor(crashed.kubeconfigPath);
+  // A duration no other test uses, to find this pod's process on the host.
+  const marker = "sleep 7777";
+  await crashedCore.createNamespacedPod({
+    namespace: NS,
+    body: {
+      metadata: { name: "outlives-the-crash" },
+      spec: {
+        containers: [
+          { name: "sh", image: BUSYBOX, imagePullPolicy: "IfNotPresent", command: marker.split(" ") },
+        ],
+      },
+    },
+  });
+  await waitForPod(crashedCore, NS, "outlives-the-crash", "Ready", isReady);
+  // Everything SIGKILLed at once, as when the machine's user kills the test run: the control plane,
+  // containerd, kubelet and kube-proxy. The containers and their shims live on.
+  for (const file of readdirSync(layout.dir).filter((f) => f.endsWith(".pid"))) {
+    const record = readPidFile(join(layout.dir, file));
+    if (record) process.kill(record.pid, "SIGKILL");
+  }
+  const orphans = processesRunning(marker);
+  t.equal(orphans.length, 1, "the pod's process outlived the crash");
+  const restarted = await startLocalCluster({ name, realNodes: 1 });
+  t.same(
+    orphans.filter((pid) => existsSync(`/proc/${pid}`)),
+    [],
+    "the next start killed it",
+  );
+  const { core } = clientsFor(restarted.kubeconfigPath);
+  t.same((await core.listNamespacedPod({ namespace: NS })).items, [], "and starts empty");
+  await restarted.stop();
+  leftoversOf(layout.dir, layout.network, t);
 });
