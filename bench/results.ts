@@ -45,7 +45,17 @@ export function saveResults(
     bench,
     variant,
     commit: git(["rev-parse", "HEAD"]),
-    dirty: git(["status", "--porcelain", "--untracked-files=no"]) !== "",
+    // The bench's own outputs do not count: a run saved just before would make this one look dirty.
+    dirty:
+      git([
+        "status",
+        "--porcelain",
+        "--untracked-files=no",
+        "--",
+        ":(top)",
+        ":(top,exclude)bench/results",
+        ":(top,exclude)docs/benchmarks.md",
+      ]) !== "",
     machine: {
       cpus: cpus().length,
       cpuModel: cpus()[0]?.model ?? "unknown",
