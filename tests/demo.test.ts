@@ -143,14 +143,7 @@ t.test("Ctrl-C stops everything and leaves no process behind", async (t) => {
   t.notMatch(stderr, /demo failed/, "no failure while stopping");
   t.match(stderr, /everything stopped/, "the demo said it stopped everything");
   // The group leader (npm) may exit before the last child: give stragglers a moment, then none may remain.
-  const left = await waitFor(
-    "every process of the demo to exit",
-    async () => (leftovers.processes(group).length === 0 ? [] : undefined),
-    {
-      timeoutMs: 30_000,
-      describe: async () => leftovers.processes(group).join("\n"),
-    },
-  );
+  const left = await leftovers.exited(group, "every process of the demo to exit");
   t.same(left, [], "no process of the demo, its control plane or its pods remains");
   for (const d of daemons) t.notOk(d.pid !== undefined && alive(d.pid), `${d.name} (pid ${d.pid}) is gone`);
   t.same(members.filter(alive), [], "every member pod's process is gone");
@@ -172,14 +165,7 @@ t.test("Ctrl-C while the control plane is still starting leaves nothing behind e
   t.match(stderr, /everything stopped/);
   t.notMatch(stderr, /demo failed/);
   t.same(
-    await waitFor(
-      "every process of the interrupted demo to exit",
-      async () => (leftovers.processes(early.group).length === 0 ? [] : undefined),
-      {
-        timeoutMs: 30_000,
-        describe: async () => leftovers.processes(early.group).join("\n"),
-      },
-    ),
+    await leftovers.exited(early.group, "every process of the interrupted demo to exit"),
     [],
     "no process left",
   );
@@ -222,11 +208,7 @@ t.test("a daemon killed by the same Ctrl-C during start-up still ends in a clean
   t.match(stderr, /everything stopped/);
   t.notMatch(stderr, /demo failed|at startLocalCluster/, "no failure or stack trace");
   t.same(
-    await waitFor(
-      "every process of the interrupted demo to exit",
-      async () => (leftovers.processes(early.group).length === 0 ? [] : undefined),
-      { timeoutMs: 30_000, describe: async () => leftovers.processes(early.group).join("\n") },
-    ),
+    await leftovers.exited(early.group, "every process of the interrupted demo to exit"),
     [],
     "no process left",
   );
@@ -291,14 +273,7 @@ t.test(
     await external.interrupt();
     t.match(external.output().stderr, /deleted EtcdCluster default\/example-etcd-cluster/);
     t.same(
-      await waitFor(
-        "the demo's processes to exit",
-        async () => (leftovers.processes(external.group).length === 0 ? [] : undefined),
-        {
-          timeoutMs: 30_000,
-          describe: async () => leftovers.processes(external.group).join("\n"),
-        },
-      ),
+      await leftovers.exited(external.group, "the demo's processes to exit"),
       [],
       "no process of the demo remains",
     );

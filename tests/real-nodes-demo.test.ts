@@ -11,7 +11,7 @@ import t from "tap";
 import { waitFor } from "../infra/local/kube-wait.ts";
 import { mountsUnder } from "../infra/local/nodes/host-state.ts";
 import { realNodeLayouts } from "../infra/local/nodes/layout.ts";
-import { instanceLeftovers, newcomerEnv, printedCommand, startDemo } from "./helpers/demo.ts";
+import { instanceLeftovers, newcomerEnv, printedCommand, printedLine, startDemo } from "./helpers/demo.ts";
 
 const NAME = "demo-nodes";
 const NODES = 3;
@@ -28,17 +28,12 @@ const helm = printed("alias helm=")[1]?.slice("helm=".length) ?? "";
 
 /** A printed command line, run with the printed KUBECONFIG and aliases as a shell would. */
 function runPrinted(marker: string, extra = ""): string {
-  const line = instructions
-    .split("\n")
-    .map((l) => l.trim())
-    .find((l) => l.includes(marker));
-  if (line === undefined) throw new Error(`the demo printed no line with "${marker}"`);
   const script = [
     "shopt -s expand_aliases",
     `export KUBECONFIG=${kubeconfig}`,
     `alias kubectl=${kubectl}`,
     `alias helm=${helm}`,
-    `${line.replace(/\s+#.*$/, "")} ${extra}`,
+    `${printedLine(instructions, marker)} ${extra}`,
   ].join("\n");
   return execFileSync("bash", ["-c", script], { encoding: "utf8", env: newcomerEnv });
 }
@@ -98,11 +93,7 @@ t.test("Ctrl-C leaves no process, mount, namespace, cgroup, bridge or file", asy
   t.notMatch(stderr, /demo failed/, "no failure while stopping");
   t.match(stderr, /everything stopped/);
   t.same(
-    await waitFor(
-      "every process of the demo to exit",
-      async () => (leftovers.processes(demo.group).length === 0 ? [] : undefined),
-      { timeoutMs: 30_000, describe: async () => leftovers.processes(demo.group).join("\n") },
-    ),
+    await leftovers.exited(demo.group, "every process of the demo to exit"),
     [],
     "no process of the demo, its control plane, nodes or pods",
   );

@@ -45,6 +45,16 @@ export function instanceLeftovers(name: string) {
         return false;
       }
     },
+    /**
+     * Waits up to 30 s for every process of the instance and of `group` to exit (a group leader may
+     * exit before its last child); resolves to [] then, and fails naming those left.
+     */
+    exited(group: number, what: string): Promise<string[]> {
+      return waitFor(what, async () => (this.processes(group).length === 0 ? [] : undefined), {
+        timeoutMs: 30_000,
+        describe: async () => this.processes(group).join("\n"),
+      });
+    },
     /** Live processes whose command line or stdout mention the instance's folder, or that are in `group`. */
     processes(group: number): string[] {
       const found: string[] = [];
@@ -138,12 +148,17 @@ export function startDemo(t: Test, args: string[], extraEnv: Record<string, stri
   };
 }
 
-/** The printed command line that contains `marker` (without its trailing comment), split into words. */
+/** printedLine split into words. */
 export function printedCommand(printed: string, marker: string): string[] {
+  return printedLine(printed, marker).split(/\s+/);
+}
+
+/** The printed command line that contains `marker`, without its trailing comment. */
+export function printedLine(printed: string, marker: string): string {
   const line = printed
     .split("\n")
     .map((l) => l.trim())
     .find((l) => l.includes(marker));
   if (line === undefined) throw new Error(`the demo printed no line with "${marker}":\n${printed}`);
-  return line.replace(/\s+#.*$/, "").split(/\s+/);
+  return line.replace(/\s+#.*$/, "");
 }
