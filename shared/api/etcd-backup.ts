@@ -4,7 +4,7 @@
 
 import type { V1ObjectMeta } from "@kubernetes/client-node";
 import { type Static, Type } from "@sinclair/typebox";
-import { ClusterConditionSchema, GROUP } from "./etcd-cluster.ts";
+import { conditionSchema, GROUP } from "./etcd-cluster.ts";
 
 export const BACKUP_KIND = "EtcdBackup";
 export const BACKUP_LIST_KIND = "EtcdBackupList";
@@ -222,7 +222,7 @@ export const EtcdBackupStatusSchema = Type.Object(
       }),
     ),
     conditions: Type.Optional(
-      Type.Array(ClusterConditionSchema, {
+      Type.Array(conditionSchema("the backup's", "Succeeded or Scheduled"), {
         description:
           "Succeeded (the last attempt worked) and Scheduled (periodic backups are scheduled), with reasons.",
       }),

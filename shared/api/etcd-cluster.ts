@@ -508,28 +508,33 @@ export const ClusterPhaseSchema = Type.Union(
 );
 export type ClusterPhase = Static<typeof ClusterPhaseSchema>;
 
-export const ClusterConditionSchema = Type.Object(
-  {
-    type: Type.String({
-      description:
-        "The condition's type: Available, Progressing or Degraded (coreos also used Scaling, Upgrading).",
-    }),
-    status: Type.Union([Type.Literal("True"), Type.Literal("False"), Type.Literal("Unknown")], {
-      description: "True, False or Unknown.",
-    }),
-    reason: Type.Optional(Type.String({ description: "Why the condition has its status, in CamelCase." })),
-    message: Type.Optional(Type.String({ description: "A sentence for people about the condition." })),
-    lastTransitionTime: Type.Optional(
-      Type.String({ description: "When the status last changed (RFC 3339)." }),
-    ),
-    lastUpdateTime: Type.Optional(
-      Type.String({ description: "When the condition was last written (RFC 3339)." }),
-    ),
-    observedGeneration: Type.Optional(
-      Type.Integer({ minimum: 0, description: "The metadata.generation the condition was computed from." }),
-    ),
-  },
-  { description: "One aspect of the cluster's state." },
+/** A condition of one of the API's objects: `types` lists the types it takes, `of` whose state it is. */
+export function conditionSchema(of: string, types: string) {
+  return Type.Object(
+    {
+      type: Type.String({ description: `The condition's type: ${types}.` }),
+      status: Type.Union([Type.Literal("True"), Type.Literal("False"), Type.Literal("Unknown")], {
+        description: "True, False or Unknown.",
+      }),
+      reason: Type.Optional(Type.String({ description: "Why the condition has its status, in CamelCase." })),
+      message: Type.Optional(Type.String({ description: "A sentence for people about the condition." })),
+      lastTransitionTime: Type.Optional(
+        Type.String({ description: "When the status last changed (RFC 3339)." }),
+      ),
+      lastUpdateTime: Type.Optional(
+        Type.String({ description: "When the condition was last written (RFC 3339)." }),
+      ),
+      observedGeneration: Type.Optional(
+        Type.Integer({ minimum: 0, description: "The metadata.generation the condition was computed from." }),
+      ),
+    },
+    { description: `One aspect of ${of} state.` },
+  );
+}
+
+export const ClusterConditionSchema = conditionSchema(
+  "the cluster's",
+  "Available, Progressing or Degraded (coreos also used Scaling, Upgrading)",
 );
 export type ClusterCondition = Static<typeof ClusterConditionSchema>;
 
