@@ -39,7 +39,13 @@ import {
 } from "./daemons.ts";
 import { deleteBridge, deletePodNetwork, ensureBridge, listNetns } from "./kubelet/sandbox.ts";
 import { DEFAULT_INSTANCE, type InstanceLayout, instanceLayout, SERVICE_CIDR } from "./layout.ts";
-import { cleanupRealNodes, loseRealNode, startRealNodes } from "./nodes/real-nodes.ts";
+import {
+  cleanupRealNodes,
+  loseRealNode,
+  type RealNodesOptions,
+  replaceRealNode,
+  startRealNodes,
+} from "./nodes/real-nodes.ts";
 import {
   CREDENTIALS_FILE,
   OBJECT_STORE_STOP_GRACE_MS,
@@ -99,6 +105,8 @@ export interface LocalCluster extends LocalClusterState {
   restartRedis(downMs?: number): Promise<void>;
   /** Loses a real node as a machine is lost (see nodes/real-nodes.ts loseRealNode). */
   loseNode(name: string): Promise<void>;
+  /** A lost real node's machine replaced by a new one of the same name (see replaceRealNode). */
+  replaceNode(name: string): Promise<void>;
 }
 
 const DAEMONS = [
@@ -662,6 +670,7 @@ export async function startLocalCluster(options: LocalClusterOptions = {}): Prom
       redisPort = redis.port;
     }
     let nodeNames: string[] | undefined;
+    let nodeOptions: RealNodesOptions | undefined;
     if (realNodes > 0) {
       await timed(log, "kube-scheduler", () => startScheduler(layout, assets));
       const images = await timed(log, "node images", async () =>
@@ -671,21 +680,21 @@ export async function startLocalCluster(options: LocalClusterOptions = {}): Prom
           log,
         ),
       );
-      const nodes = await timed(log, `${realNodes} real node(s)`, () =>
-        startRealNodes({
-          instance: layout,
-          count: realNodes,
-          assets,
-          ca: pki.ca,
-          caFile: pki.files.caCert,
-          apiserverUrl: apiserver.url,
-          kubeconfigPath: layout.kubeconfigPath,
-          images: [...images.map((i) => i.archive), ...(options.nodeImages ?? [])],
-          sandboxImage: pauseImage(assets.node),
-          corednsImage: corednsImage(assets.coredns),
-          log,
-        }),
-      );
+      nodeOptions = {
+        instance: layout,
+        count: realNodes,
+        assets,
+        ca: pki.ca,
+        caFile: pki.files.caCert,
+        apiserverUrl: apiserver.url,
+        kubeconfigPath: layout.kubeconfigPath,
+        images: [...images.map((i) => i.archive), ...(options.nodeImages ?? [])],
+        sandboxImage: pauseImage(assets.node),
+        corednsImage: corednsImage(assets.coredns),
+        log,
+      };
+      const started = nodeOptions;
+      const nodes = await timed(log, `${realNodes} real node(s)`, () => startRealNodes(started));
       nodeNames = nodes.map((n) => n.name);
     } else if (options.kubelet ?? true) {
       await timed(log, "process kubelet", () => startKubelet(layout, assets, pki, apiserver.url));
@@ -727,7 +736,11 @@ export async function startLocalCluster(options: LocalClusterOptions = {}): Prom
       log("redis restarted");
     };
     const loseNode = (node: string) => loseRealNode(layout, node);
-    return { ...state, s3, stop, restartApiserver, restartRedis, loseNode };
+    const replaceNode = async (node: string) => {
+      if (!nodeOptions) throw new Error(`local cluster "${name}" runs without real nodes`);
+      await replaceRealNode(nodeOptions, node);
+    };
+    return { ...state, s3, stop, restartApiserver, restartRedis, loseNode, replaceNode };
   } catch (error) {
     // Leave the logs for the error message, but no processes or namespaces.
     const reason = error instanceof Error ? error.message : String(error);

@@ -81,10 +81,6 @@ async function wireNode(o: RealNodesOptions, node: RealNodeLayout, all: RealNode
     "net.bridge.bridge-nf-call-iptables=1",
   ]);
   await run("ip", ["route", "replace", node.podCidr, "via", node.ip, "dev", net.bridge]);
-  // The host (kube-apiserver calling a webhook, a test) reaches ClusterIPs as a control-plane node
-  // with kube-proxy would: through the first node's rules, which masquerade what does not come
-  // from a pod, so the answer comes back the same way.
-  if (node.index === 1) await routeServicesVia(o.instance, node);
   for (const other of all) {
     if (other.name === node.name) continue;
     await run("ip", ["-n", node.netns, "route", "replace", other.podCidr, "via", other.ip, "dev", "eth0"]);
@@ -173,6 +169,11 @@ export async function startRealNodes(o: RealNodesOptions): Promise<RealNodeLayou
       ),
     )
   ).flat();
+  // The host (kube-apiserver calling a webhook, a test) reaches ClusterIPs as a control-plane node
+  // with kube-proxy would: through the first node's rules, which masquerade what does not come
+  // from a pod, so the answer comes back the same way.
+  const [first] = nodes;
+  if (first) await routeServicesVia(o.instance, first);
   o.log(`${nodes.length} node(s): containerd, kubelet and kube-proxy started; waiting for Ready`);
   await waitUntil(async () => (await readyNodes(o)).length === nodes.length, {
     what: `real nodes ${nodes.map((n) => n.name).join(", ")} Ready`,
@@ -251,14 +252,43 @@ export async function cleanupRealNodes(instance: InstanceLayout, log: (line: str
       }
     }
   }
-  for (const node of nodes) {
-    await removeNodeCgroup(node.cgroupRoot);
-    const shimSockets = shimSocketsOf(node);
-    // The containerd shims live in the node's namespace: they go with it, leaving their sockets.
-    await deletePodNetwork(node.netns, node.vethHost);
-    for (const socket of shimSockets) rmSync(socket, { force: true });
-  }
+  for (const node of nodes) await removeNodeLeftovers(node);
   await unmountUnder(nodesDir(instance));
+}
+
+/** What a stopped node leaves in the kernel: its containers' cgroups, its namespace, shim sockets. */
+async function removeNodeLeftovers(node: RealNodeLayout): Promise<void> {
+  await removeNodeCgroup(node.cgroupRoot);
+  const shimSockets = shimSocketsOf(node);
+  // The containerd shims live in the node's namespace: they go with it, leaving their sockets.
+  await deletePodNetwork(node.netns, node.vethHost);
+  for (const socket of shimSockets) rmSync(socket, { force: true });
+}
+
+/**
+ * A lost node's machine replaced by a new one of the same name, as a cloud's node group replaces
+ * a machine: what the lost one left is removed, and a fresh containerd (images imported again),
+ * kubelet and kube-proxy register the node anew. Resolves once it is Ready.
+ */
+export async function replaceRealNode(o: RealNodesOptions, name: string): Promise<void> {
+  const all = realNodeLayouts(o.instance, o.count);
+  const node = all.find((n) => n.name === name);
+  if (!node) throw new Error(`no real node ${name} in this instance`);
+  const running = AGENTS.filter((agent) => runningAgent(o.instance, node, agent));
+  if (running.length > 0) throw new Error(`${name} is not lost: its ${running.join(", ")} still run`);
+  await removeNodeLeftovers(node);
+  await unmountUnder(node.dir);
+  rmSync(node.dir, { recursive: true, force: true });
+  const started = Date.now();
+  const agents = await startNode(o, node, all);
+  await waitUntil(async () => (await readyNodes(o)).includes(name), {
+    what: `${name} Ready again`,
+    timeoutMs: NODE_READY_TIMEOUT_MS,
+    intervalMs: 250,
+    alive: () => agents.every((a) => isOurProcess(a)),
+    logFile: logFileOf(node, "kubelet"),
+  });
+  o.log(`${name} replaced and Ready in ${((Date.now() - started) / 1000).toFixed(1)} s`);
 }
 
 /**
