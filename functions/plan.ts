@@ -341,11 +341,16 @@ function planMembers(o: Observation): Step {
     }
   }
 
-  // 7. Learners: promote once ready; one whose pod ended is removed (a learner holds no vote).
+  // 7. Learners: promote once they answer; one whose pod ended is removed (a learner holds no
+  // vote). etcd refuses to promote a learner that lags the leader, so the promotion is tried as
+  // soon as the learner answers with a leader, not up to a readiness period later when its pod
+  // turns Ready.
   for (const learner of members.filter((m) => m.isLearner)) {
     const pod = memberPodName(learner);
     const view = liveByName.get(pod ?? "");
-    if (pod && view?.ready && isHealthy(o, pod)) {
+    const status = o.health.get(pod ?? "");
+    const following = status?.ok === true && (status.leaderId ?? "0") !== "0";
+    if (pod && view && !podEnded(view) && isHealthy(o, pod) && (view.ready || following)) {
       return { kind: "promote-member", name: pod, memberId: learner.id };
     }
     if (view && podEnded(view)) {

@@ -210,6 +210,31 @@ t.test("a learner is promoted once its pod is Ready, and waited for before", asy
   t.same(planNextStep(readyLearner), { kind: "promote-member", name: "n", memberId: "9" });
 });
 
+t.test("a learner that answers with a leader is promoted before its pod turns Ready", async (t) => {
+  const members = [member("a", "1"), member("n", "9", { isLearner: true })];
+  const following = observation({
+    size: 2,
+    pods: [pod("a"), pod("n", { ready: false })],
+    members,
+    health: new Map([ok("a"), ok("n")]),
+  });
+  t.same(planNextStep(following), { kind: "promote-member", name: "n", memberId: "9" });
+  const noLeaderYet = observation({
+    size: 2,
+    pods: [pod("a"), pod("n", { ready: false })],
+    members,
+    health: new Map([ok("a"), ok("n", "0")]),
+  });
+  t.equal(planNextStep(noLeaderYet).kind, "wait", "one that knows no leader yet is waited for");
+  const ended = observation({
+    size: 2,
+    pods: [pod("a"), pod("n", { ready: false, phase: "Failed" })],
+    members,
+    health: new Map([ok("a"), ok("n")]),
+  });
+  t.match(planNextStep(ended), { kind: "remove-member", memberId: "9" }, "one whose pod ended is removed");
+});
+
 t.test("a pod that is no member is deleted", async (t) => {
   const step = planNextStep(
     observation({
