@@ -6,7 +6,7 @@
 // that backup are lost, and the Event says so with the backup's time and revision.
 // Without such a backup the cluster is Failed, with a message saying what the user can do.
 import type { EtcdBackup } from "../shared/api/etcd-backup.ts";
-import { GROUP, VERSION } from "../shared/api/etcd-cluster.ts";
+import { GROUP, SCOPE_ANNOTATION, VERSION } from "../shared/api/etcd-cluster.ts";
 import { type EtcdRestore, RESTORE_KIND } from "../shared/api/etcd-restore.ts";
 import { ownerReference } from "../shared/kube.ts";
 import { clientServiceName } from "../shared/member-pods.ts";
@@ -49,6 +49,11 @@ export function latestBackup(
     )[0];
 }
 
+function scopeOf(cluster: StepInput["cluster"]): Record<string, string> {
+  const scope = cluster.metadata?.annotations?.[SCOPE_ANNOTATION];
+  return scope ? { [SCOPE_ANNOTATION]: scope } : {};
+}
+
 /** The EtcdRestore that brings the cluster back from that backup's last object. */
 export function restoreFor(input: StepInput, backup: EtcdBackup): EtcdRestore {
   const namespace = input.cluster.metadata?.namespace ?? "default";
@@ -66,7 +71,8 @@ export function restoreFor(input: StepInput, backup: EtcdBackup): EtcdRestore {
     metadata: {
       name,
       namespace,
-      annotations: { [AUTO_RESTORE_ANNOTATION]: AUTO_RESTORE_REASON },
+      // With the cluster's scope: a cluster-wide operator takes only restores annotated for it.
+      annotations: { [AUTO_RESTORE_ANNOTATION]: AUTO_RESTORE_REASON, ...scopeOf(input.cluster) },
       ownerReferences: [{ ...ownerReference(input.cluster), controller: false }],
     },
     spec: { etcdCluster: { name }, backupStorageType: backup.spec.storageType, ...storage },

@@ -22,7 +22,12 @@ import {
   restoreFromLatestBackup,
 } from "../functions/restore-from-backup.ts";
 import type { EtcdBackup } from "../shared/api/etcd-backup.ts";
-import type { EtcdCluster, NormalizedSpec } from "../shared/api/etcd-cluster.ts";
+import {
+  type EtcdCluster,
+  type NormalizedSpec,
+  SCOPE_ANNOTATION,
+  SCOPE_CLUSTERWIDE,
+} from "../shared/api/etcd-cluster.ts";
 import type { Kube } from "../shared/kube.ts";
 import { silentLogger } from "../shared/log.ts";
 import { ossCredentialsFromSecret, s3CredentialsFromSecret } from "../shared/object-store/credentials.ts";
@@ -516,6 +521,20 @@ t.test("all members lost: the newest successful backup of this cluster is found 
   t.equal(restore.spec.s3?.endpoint, "http://s3:9000", "through the backup's store and credentials");
   t.equal(restore.metadata.ownerReferences?.[0]?.uid, "u1", "owned by the cluster");
   t.equal(restore.metadata.annotations?.[AUTO_RESTORE_ANNOTATION], "all-members-lost");
+  t.equal(restore.metadata.annotations?.[SCOPE_ANNOTATION], undefined, "no scope for a namespaced cluster");
+  const clusterwide: EtcdCluster = {
+    ...cluster,
+    metadata: { ...cluster.metadata, annotations: { [SCOPE_ANNOTATION]: SCOPE_CLUSTERWIDE } },
+  };
+  const scoped = restoreFor(
+    { cluster: clusterwide, spec: {} as NormalizedSpec, observation: {} as Observation },
+    found ?? backup("x", []),
+  );
+  t.equal(
+    scoped.metadata.annotations?.[SCOPE_ANNOTATION],
+    SCOPE_CLUSTERWIDE,
+    "a cluster-wide cluster's restore is annotated for the cluster-wide operator, which takes no other",
+  );
 });
 
 t.test("all members lost: the loss is reported before the EtcdRestore is created", async (t) => {

@@ -111,7 +111,7 @@ export function immutableFieldProblems(oldSpec: Json | undefined, newSpec: Json 
     problems.push(
       "spec.TLS cannot change once the cluster exists: each member's peer and client URLs (http or https) " +
         "are recorded in etcd's member list when it joins; create a new cluster with the TLS settings you " +
-        "want and restore a backup into it",
+        "want and copy the keys into it (etcdctl make-mirror): an EtcdRestore into a TLS cluster is not supported yet",
     );
   }
   const before = clusterDomain(oldSpec);
