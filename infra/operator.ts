@@ -105,8 +105,9 @@ export async function startOperator(options: {
       log,
     });
     const started = worker;
+    const connection = workerConnection;
     closers.push(async () => {
-      await started.close();
+      await started.close(connection.status !== "ready");
     });
     log.info({ concurrency: config.workerConcurrency }, "worker started");
     const backupConnection = new Redis(config.redisUrl, { maxRetriesPerRequest: null });
@@ -118,7 +119,7 @@ export async function startOperator(options: {
       log,
     });
     closers.push(async () => {
-      await backupWorker.close();
+      await backupWorker.close(backupConnection.status !== "ready");
       backupConnection.disconnect();
     });
   }
@@ -136,7 +137,9 @@ export async function startOperator(options: {
     ready: Promise.all([watcher?.ready, backupsReady]).then(() => undefined),
     httpUrl: http?.url,
     async stop() {
-      // Stop taking requests first, then the roles.
+      // Stop taking requests first, then the roles. A worker whose Redis is unreachable closes at
+      // once (force): BullMQ's graceful close would wait for Redis until the kubelet's SIGKILL, 60 s
+      // on every uninstall; the job's lock then lapses and its lease keeps the half-done step safe.
       await http?.close().catch((error: unknown) => log.warn({ err: error }, "HTTP server close failed"));
       for (const close of closers.reverse())
         await close().catch((error: unknown) => log.warn({ err: error }, "close failed"));

@@ -3,7 +3,7 @@
 // losing all queue state. The resync interval is set long (60 s) so that convergence within the
 // bounds below proves events, not the safety net, drove it.
 import { randomBytes } from "node:crypto";
-import { writeFileSync } from "node:fs";
+import { readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { CustomObjectsApi } from "@kubernetes/client-node";
 import { Etcd3 } from "etcd3";
@@ -143,4 +143,27 @@ t.test("a member whose data is corrupted crash-loops, and is replaced after the 
   const reader = new Etcd3({ hosts: after.items.map((p) => `http://${p.status?.podIP}:2379`) });
   t.equal(await reader.get("kept").string(), "yes", "the cluster's data is intact");
   reader.close();
+});
+
+t.test("a SIGTERM while Redis is down ends a worker at once, not at the kubelet's SIGKILL", async (t) => {
+  const worker = startOperatorProcess(cluster, "worker", SLOW_RESYNC);
+  processes.push(worker);
+  await waitFor(
+    "the worker to start",
+    async () => (readFileSync(worker.logFile, "utf8").includes("etcd operator running") ? true : undefined),
+    { timeoutMs: 30_000 },
+  );
+  // Redis goes away (as when an uninstall deletes it beside the worker) and stays away for 20 s.
+  const redisBack = cluster.restartRedis(20_000).then(() => "Redis back" as const);
+  await waitFor(
+    "the worker to see Redis gone",
+    async () => (readFileSync(worker.logFile, "utf8").includes("ECONNREFUSED") ? true : undefined),
+    { timeoutMs: 10_000, intervalMs: 100 },
+  );
+  const exited = new Promise<string>((resolve) =>
+    worker.child.once("exit", (code, signal) => resolve(`exited (${code ?? signal})`)),
+  );
+  worker.child.kill("SIGTERM");
+  t.equal(await Promise.race([exited, redisBack]), "exited (0)", "the worker exited while Redis was down");
+  await redisBack;
 });
