@@ -2,9 +2,9 @@
 // results file, each scenario's operator and reference medians (with their spread), the ratio and
 // whether it meets its goal. `node bench/render.ts` writes the page; `--check` exits 1 when the
 // page is not what the results give (tests/bench-results.test.ts runs it).
-import { execFileSync } from "node:child_process";
 import { readFileSync, writeFileSync } from "node:fs";
 import { parseArgs } from "node:util";
+import { formatted } from "../infra/docs/page.ts";
 import { type ResultsFile, readResults } from "./results.ts";
 
 export const PAGE = new URL("../docs/benchmarks.md", import.meta.url).pathname;
@@ -80,15 +80,14 @@ export function renderPage(page: string, figures = renderFigures()): string {
 }
 
 /** The page as Biome formats it (it pads Markdown tables), so that the lint step agrees with it. */
-export function formatted(page: string): string {
-  const biome = new URL("../node_modules/.bin/biome", import.meta.url).pathname;
-  return execFileSync(biome, ["format", `--stdin-file-path=${PAGE}`], { input: page, encoding: "utf8" });
+export function formattedPage(page: string): string {
+  return formatted(page, PAGE);
 }
 
 if (import.meta.main) {
   const { values } = parseArgs({ options: { check: { type: "boolean", default: false } } });
   const page = readFileSync(PAGE, "utf8");
-  const rendered = formatted(renderPage(page));
+  const rendered = formattedPage(renderPage(page));
   if (values.check) {
     if (rendered !== page) {
       process.stderr.write("docs/benchmarks.md is stale: run node bench/render.ts\n");

@@ -2,12 +2,12 @@
 // bench/render.ts makes of the saved runs, and every saved run says where and on what it ran.
 import { readFileSync } from "node:fs";
 import t from "tap";
-import { formatted, PAGE, renderFigures, renderPage } from "../bench/render.ts";
+import { formattedPage, PAGE, renderFigures, renderPage } from "../bench/render.ts";
 import { readResults } from "../bench/results.ts";
 
 t.test("docs/benchmarks.md's figures are what bench/results gives", async (t) => {
   const page = readFileSync(PAGE, "utf8");
-  t.equal(page, formatted(renderPage(page)), "current (else run node bench/render.ts)");
+  t.equal(page, formattedPage(renderPage(page)), "current (else run node bench/render.ts)");
 });
 
 t.test("every saved run names its commit, machine and scenarios", async (t) => {
