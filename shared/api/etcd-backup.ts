@@ -222,9 +222,8 @@ export const EtcdBackupStatusSchema = Type.Object(
       }),
     ),
     conditions: Type.Optional(
-      Type.Array(conditionSchema("the backup's", "Succeeded or Scheduled"), {
-        description:
-          "Succeeded (the last attempt worked) and Scheduled (periodic backups are scheduled), with reasons.",
+      Type.Array(conditionSchema("the backup's", "Succeeded"), {
+        description: "Succeeded: whether the last attempt worked, with its reason.",
       }),
     ),
   },
