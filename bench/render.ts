@@ -2,9 +2,8 @@
 // results file, each scenario's operator and reference medians (with their spread), the ratio and
 // whether it meets its goal. `node bench/render.ts` writes the page; `--check` exits 1 when the
 // page is not what the results give (tests/bench-results.test.ts runs it).
-import { readFileSync, writeFileSync } from "node:fs";
-import { parseArgs } from "node:util";
-import { formatted } from "../infra/docs/page.ts";
+import { readFileSync } from "node:fs";
+import { formatted, generatorMain } from "../infra/docs/page.ts";
 import { type ResultsFile, readResults } from "./results.ts";
 
 export const PAGE = new URL("../docs/benchmarks.md", import.meta.url).pathname;
@@ -85,15 +84,5 @@ export function formattedPage(page: string): string {
 }
 
 if (import.meta.main) {
-  const { values } = parseArgs({ options: { check: { type: "boolean", default: false } } });
-  const page = readFileSync(PAGE, "utf8");
-  const rendered = formattedPage(renderPage(page));
-  if (values.check) {
-    if (rendered !== page) {
-      process.stderr.write("docs/benchmarks.md is stale: run node bench/render.ts\n");
-      process.exit(1);
-    }
-  } else {
-    writeFileSync(PAGE, rendered);
-  }
+  generatorMain(PAGE, () => formattedPage(renderPage(readFileSync(PAGE, "utf8"))), "node bench/render.ts");
 }

@@ -5,7 +5,6 @@
 import { readdirSync, readFileSync } from "node:fs";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
-import { KubeConfig } from "@kubernetes/client-node";
 import t from "tap";
 import { worldMetricsRegistry } from "../infra/http/metrics-collectors.ts";
 import { OPERATOR_ENV } from "../infra/operator.ts";
@@ -13,6 +12,7 @@ import { ConfigError, loadConfig } from "../shared/config.ts";
 import { Kube } from "../shared/kube.ts";
 import { silentLogger } from "../shared/log.ts";
 import { operatorMetrics } from "../shared/metrics.ts";
+import { offlineKubeConfig } from "./helpers/offline-kube-config.ts";
 
 const ROOT = fileURLToPath(new URL("..", import.meta.url));
 const page = readFileSync(join(ROOT, "docs", "operations.md"), "utf8");
@@ -35,13 +35,7 @@ const sources = operatorSources();
 /** Every metric a process can export: its own registry and the HTTP server's world gauges. */
 function registeredMetrics(): Map<string, string> {
   // Never contacted: the gauges read the cluster only when scraped.
-  const kc = new KubeConfig();
-  kc.loadFromOptions({
-    clusters: [{ name: "none", server: "https://127.0.0.1:9" }],
-    users: [{ name: "none" }],
-    contexts: [{ name: "none", cluster: "none", user: "none" }],
-    currentContext: "none",
-  });
+  const kc = offlineKubeConfig();
   const world = worldMetricsRegistry({
     kube: new Kube(kc),
     config: loadConfig({}),

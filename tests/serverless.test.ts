@@ -6,7 +6,6 @@ import { existsSync, mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import fastifySwagger from "@fastify/swagger";
-import { KubeConfig } from "@kubernetes/client-node";
 import { Queue } from "bullmq";
 import Fastify from "fastify";
 import { Redis } from "ioredis";
@@ -17,6 +16,7 @@ import { loadConfig } from "../shared/config.ts";
 import { Kube } from "../shared/kube.ts";
 import { silentLogger } from "../shared/log.ts";
 import { BACKUP_QUEUE, RECONCILE_QUEUE } from "../shared/queue.ts";
+import { offlineKubeConfig } from "./helpers/offline-kube-config.ts";
 import { acceptedRoles } from "./helpers/operator-roles.ts";
 import {
   consumedQueues,
@@ -233,13 +233,7 @@ async function realRoutes(): Promise<Route[]> {
   const connection = new Redis(redis.url, { maxRetriesPerRequest: null });
   const config = loadConfig({ REDIS_URL: redis.url });
   // Routes are registered without calling the API server; nothing listens on this address.
-  const kc = new KubeConfig();
-  kc.loadFromOptions({
-    clusters: [{ name: "none", server: "https://127.0.0.1:9" }],
-    users: [{ name: "none" }],
-    contexts: [{ name: "none", cluster: "none", user: "none" }],
-    currentContext: "none",
-  });
+  const kc = offlineKubeConfig();
   const reconcileQueue = new Queue(RECONCILE_QUEUE, { connection });
   const backupQueue = new Queue(BACKUP_QUEUE, { connection });
   try {

@@ -5,11 +5,10 @@
 //   node infra/docs/api-reference.ts --check  exit 1 when docs/api.md is not what it would write
 // tests/docs-api.test.ts runs the check, so a CRD change without the page fails the tests.
 import { join } from "node:path";
-import { parseArgs } from "node:util";
 import { type Constraint, type Field, type FieldRule, fieldsOf, rulesOf } from "./crd-fields.ts";
 import { type Crd, type CrdVersion, readCrds } from "./crd-model.ts";
 import { code, inline, prose, proseCode, table, value } from "./markdown.ts";
-import { formatted, ROOT, writeOrCheck } from "./page.ts";
+import { formatted, generatorMain, ROOT } from "./page.ts";
 import { isSchema } from "./schema.ts";
 
 export const PAGE = join(ROOT, "docs", "api.md");
@@ -195,11 +194,4 @@ export function apiReferencePage(): string {
   return formatted(renderApiReference(), PAGE);
 }
 
-if (import.meta.main) {
-  const { values } = parseArgs({ options: { check: { type: "boolean", default: false } } });
-  const problem = writeOrCheck(PAGE, apiReferencePage(), values.check, COMMAND);
-  if (problem) {
-    process.stderr.write(`${problem}\n`);
-    process.exit(1);
-  }
-}
+if (import.meta.main) generatorMain(PAGE, apiReferencePage, COMMAND);

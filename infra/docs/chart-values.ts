@@ -6,9 +6,8 @@
 // tests/docs-values.test.ts runs the check.
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
-import { parseArgs } from "node:util";
 import { code, inline, table, value } from "./markdown.ts";
-import { formatted, ROOT, replaceSection, writeOrCheck } from "./page.ts";
+import { formatted, generatorMain, ROOT, replaceSection } from "./page.ts";
 import { type ValueField, valueFields } from "./values-fields.ts";
 
 export const PAGE = join(ROOT, "docs", "install.md");
@@ -60,11 +59,4 @@ export function installPage(page = readFileSync(PAGE, "utf8")): string {
   return formatted(replaceSection(page, START, END, renderValues()), PAGE);
 }
 
-if (import.meta.main) {
-  const { values } = parseArgs({ options: { check: { type: "boolean", default: false } } });
-  const problem = writeOrCheck(PAGE, installPage(), values.check, COMMAND);
-  if (problem) {
-    process.stderr.write(`${problem}\n`);
-    process.exit(1);
-  }
-}
+if (import.meta.main) generatorMain(PAGE, () => installPage(), COMMAND);

@@ -6,6 +6,7 @@ import { execFileSync } from "node:child_process";
 import { existsSync, readFileSync, writeFileSync } from "node:fs";
 import { relative } from "node:path";
 import { fileURLToPath } from "node:url";
+import { parseArgs } from "node:util";
 
 export const ROOT = fileURLToPath(new URL("../..", import.meta.url));
 
@@ -43,4 +44,14 @@ export function writeOrCheck(
   }
   if (current !== rendered) writeFileSync(path, rendered);
   return undefined;
+}
+
+/** A generator's command line: `--check` exits 1 with the message when the page is stale, else it writes it. */
+export function generatorMain(path: string, render: () => string, command: string): void {
+  const { values } = parseArgs({ options: { check: { type: "boolean", default: false } } });
+  const problem = writeOrCheck(path, render(), values.check, command);
+  if (problem) {
+    process.stderr.write(`${problem}\n`);
+    process.exit(1);
+  }
 }
