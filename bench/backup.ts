@@ -1,5 +1,5 @@
 // Benchmark: backup throughput and restore time, against references measured in the same run.
-//   node bench/backup.ts [--gib N] [--runs R] [--size S] [--backup-only]
+//   node bench/backup.ts [--gib N] [--runs R] [--size S] [--backup-only] [--save]
 // One JSON object per scenario on stdout (progress on stderr), each with every run's figures, the
 // median and spread, the ratio of the medians, the goal and the machine's load:
 //   backup:  an EtcdBackup of an N GiB keyspace to the local S3-compatible store (versitygw), from
@@ -43,6 +43,7 @@ import {
 import { createCluster, etcdClient, memberEndpoints, waitReady } from "../tests/helpers/clusters.ts";
 import { type OperatorProcess, startOperatorProcess } from "../tests/helpers/operator-processes.ts";
 import { operatorBuild } from "./operator-entry.ts";
+import { saveResults } from "./results.ts";
 import {
   keepLogs,
   load,
@@ -60,6 +61,8 @@ const { values } = parseArgs({
     size: { type: "string", default: "3" },
     // Measure backups only (no restore rounds): a quicker loop while working on the backup path.
     "backup-only": { type: "boolean", default: false },
+    // Also write the figures to bench/results/backup.json (see bench/results.ts).
+    save: { type: "boolean", default: false },
   },
 });
 const backupOnly = values["backup-only"];
@@ -463,68 +466,70 @@ try {
   const backup = summary(figures.backup, 2);
   const reference = summary(figures.reference, 2);
   const storeAlone = summary(figures.storeOnly, 2);
-  console.log(
-    JSON.stringify({
-      scenario: "backup",
-      operatorBuild: operator.build,
-      runs,
-      bytes: backupBytes,
-      seconds: backup,
-      MiBps: Number((mb(backupBytes) / backup.median).toFixed(1)),
-      workerRssGrowthMiB: summary(figures.rssGrowthMiB, 1),
-      cores: availableParallelism(),
-      cpuSeconds: cpuSummary(figures.cpu.backup),
-      reference: {
-        what: "etcdctl snapshot save to local disk",
-        bytes: snapshotBytes,
-        seconds: reference,
-        cpuSeconds: cpuSummary(figures.cpu.reference),
-        MiBps: Number((mb(snapshotBytes) / reference.median).toFixed(1)),
-      },
-      ratio: ratio(backup.median, reference.median),
-      goal: { ratioAtMost: 1.25, throughputShareAtLeast: 0.8, rssGrowthMiBAtMost: 64 },
-      bound: {
-        what: "the same bytes from a local file into the store with our uploader (no etcd)",
-        seconds: storeAlone,
-        cpuSeconds: cpuSummary(figures.cpu.storeOnly),
-        MiBps: Number((mb(snapshotBytes) / storeAlone.median).toFixed(1)),
-        backupOverStore: ratio(backup.median, storeAlone.median),
-      },
-      loadavg: { before: loadBefore, after: loadAfter },
-    }),
-  );
+  const results: Record<string, unknown>[] = [];
+  results.push({
+    scenario: "backup",
+    operatorBuild: operator.build,
+    runs,
+    bytes: backupBytes,
+    seconds: backup,
+    MiBps: Number((mb(backupBytes) / backup.median).toFixed(1)),
+    workerRssGrowthMiB: summary(figures.rssGrowthMiB, 1),
+    cores: availableParallelism(),
+    cpuSeconds: cpuSummary(figures.cpu.backup),
+    reference: {
+      what: "etcdctl snapshot save to local disk",
+      bytes: snapshotBytes,
+      seconds: reference,
+      cpuSeconds: cpuSummary(figures.cpu.reference),
+      MiBps: Number((mb(snapshotBytes) / reference.median).toFixed(1)),
+    },
+    ratio: ratio(backup.median, reference.median),
+    goal: { ratioAtMost: 1.25, throughputShareAtLeast: 0.8, rssGrowthMiBAtMost: 64 },
+    bound: {
+      what: "the same bytes from a local file into the store with our uploader (no etcd)",
+      seconds: storeAlone,
+      cpuSeconds: cpuSummary(figures.cpu.storeOnly),
+      MiBps: Number((mb(snapshotBytes) / storeAlone.median).toFixed(1)),
+      backupOverStore: ratio(backup.median, storeAlone.median),
+    },
+    loadavg: { before: loadBefore, after: loadAfter },
+  });
   if (!backupOnly) {
     const restore = summary(figures.restore, 2);
     const manual = summary(figures.manualRestore, 2);
-    console.log(
-      JSON.stringify({
-        scenario: "restore",
-        operatorBuild: operator.build,
-        runs,
-        size,
-        bytes: backupBytes,
-        secondsToServing: restore,
-        secondsToCompleted: summary(figures.restoreCompleted, 2),
-        secondsWithoutService: {
-          what: "from the old members' stop (phase Replacing first seen) to every restored member healthy; the old members serve before",
-          ...summary(figures.restoreUnavailable, 2),
-        },
-        cores: availableParallelism(),
-        cpuSeconds: cpuSummary(figures.cpu.restore),
-        trace: {
-          what: "seconds from the request: each phase first seen, and each member's etcd container start",
-          runs: figures.restoreTraces,
-        },
-        reference: {
-          what: `by hand: download, etcdutl snapshot restore ×${size} in parallel, start ${size} etcd, endpoint health`,
-          seconds: manual,
-          cpuSeconds: cpuSummary(figures.cpu.manualRestore),
-        },
-        ratio: ratio(restore.median, manual.median),
-        goal: { ratioAtMost: 1.5 },
-        loadavg: { before: loadBefore, after: loadAfter },
-      }),
-    );
+    results.push({
+      scenario: "restore",
+      operatorBuild: operator.build,
+      runs,
+      size,
+      bytes: backupBytes,
+      secondsToServing: restore,
+      secondsToCompleted: summary(figures.restoreCompleted, 2),
+      secondsWithoutService: {
+        what: "from the old members' stop (phase Replacing first seen) to every restored member healthy; the old members serve before",
+        ...summary(figures.restoreUnavailable, 2),
+      },
+      cores: availableParallelism(),
+      cpuSeconds: cpuSummary(figures.cpu.restore),
+      trace: {
+        what: "seconds from the request: each phase first seen, and each member's etcd container start",
+        runs: figures.restoreTraces,
+      },
+      reference: {
+        what: `by hand: download, etcdutl snapshot restore ×${size} in parallel, start ${size} etcd, endpoint health`,
+        seconds: manual,
+        cpuSeconds: cpuSummary(figures.cpu.manualRestore),
+      },
+      ratio: ratio(restore.median, manual.median),
+      goal: { ratioAtMost: 1.5 },
+      loadavg: { before: loadBefore, after: loadAfter },
+    });
+  }
+  for (const r of results) console.log(JSON.stringify(r));
+  if (values.save) {
+    const variant = values.gib === "1" && size === 3 ? "" : `${values.gib} GiB, size ${size}`;
+    progress(`saved ${saveResults("backup", "backup", variant, results)}`);
   }
 } finally {
   for (const p of processes) await p.kill("SIGTERM");

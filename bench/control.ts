@@ -1,6 +1,6 @@
 // Benchmark: the scale of control. Many EtcdClusters (most paused, a few live), one watcher and N
 // worker processes (separate processes, as deployed):
-//   node bench/control.ts [--clusters 1000] [--live 20] [--workers 2] [--rounds 3] [--runs 3]
+//   node bench/control.ts [--clusters 1000] [--live 20] [--workers 2] [--rounds 3] [--runs 3] [--save]
 // Measures `runs` times on one set-up and prints one JSON object (median, spread and samples):
 //   - reconcilesPerSecondPerWorker: every cluster asked for a reconcile `rounds` times at once,
 //     completed reconciles per second divided by the workers (goal ≥ 300);
@@ -33,6 +33,7 @@ import { RECONCILE_QUEUE, requestReconcile } from "../shared/queue.ts";
 import { type ClusterClients, createCluster } from "../tests/helpers/clusters.ts";
 import { type OperatorProcess, startOperatorProcess } from "../tests/helpers/operator-processes.ts";
 import { operatorBuild } from "./operator-entry.ts";
+import { saveResults } from "./results.ts";
 import { processCpuSeconds as cpuSeconds, keepLogs, load, summary } from "./stats.ts";
 
 const { values } = parseArgs({
@@ -42,6 +43,8 @@ const { values } = parseArgs({
     workers: { type: "string", default: "2" },
     rounds: { type: "string", default: "3" },
     runs: { type: "string", default: "3" },
+    // Also write the figures to bench/results/control.json (see bench/results.ts).
+    save: { type: "boolean", default: false },
   },
 });
 const CLUSTERS = Number(values.clusters);
@@ -357,48 +360,52 @@ try {
       ).median,
     ]),
   );
-  console.log(
-    JSON.stringify({
-      scenario: "control",
-      operatorBuild: operator.build,
-      clusters: CLUSTERS,
-      live: LIVE,
-      workers: WORKERS,
-      workerConcurrency: Number(process.env.WORKER_CONCURRENCY ?? 32),
-      runs: RUNS,
-      reconcilesPerSecondPerWorker: summary(perRun.perWorker, 1),
-      goalPerWorker: 300,
-      queueWaitMs: {
-        load: "half the measured rate",
-        p50: summary(perRun.p50, 1),
-        p99: summary(perRun.p99, 1),
-        slowestInLastRun: perRun.slowest,
-      },
-      requestToStartMs: {
-        what: "from calling requestReconcile to this script hearing the job's active event",
-        p50: summary(perRun.requestToStartP50, 1),
-        p99: summary(perRun.requestToStartP99, 1),
-      },
-      goalP99Ms: 20,
-      rssMiB: { watcher: rssMiB(watcher.child.pid), workers: workers.map((w) => rssMiB(w.child.pid)) },
-      goalRssMiB: 150,
-      memoryMiB: {
-        watcher: await memoryOf(watcher.child.pid, watcherPort),
-        workers: await Promise.all(workers.map((w, i) => memoryOf(w.child.pid, metricsPorts[i] ?? 0))),
-      },
-      cpuMsPerReconcile: {
-        ...cpuMsPerReconcile,
-        total: Number(
-          Object.values(cpuMsPerReconcile)
-            .reduce((a, b) => a + b, 0)
-            .toFixed(2),
-        ),
-      },
-      apiRequestsPerReconcile: perRun.requests.at(-1),
-      stepsRun: await stepTimes(metricsPorts),
-      loadavg: load(),
-    }),
-  );
+  const result = {
+    scenario: "control",
+    operatorBuild: operator.build,
+    clusters: CLUSTERS,
+    live: LIVE,
+    workers: WORKERS,
+    workerConcurrency: Number(process.env.WORKER_CONCURRENCY ?? 32),
+    runs: RUNS,
+    reconcilesPerSecondPerWorker: summary(perRun.perWorker, 1),
+    goalPerWorker: 300,
+    queueWaitMs: {
+      load: "half the measured rate",
+      p50: summary(perRun.p50, 1),
+      p99: summary(perRun.p99, 1),
+      slowestInLastRun: perRun.slowest,
+    },
+    requestToStartMs: {
+      what: "from calling requestReconcile to this script hearing the job's active event",
+      p50: summary(perRun.requestToStartP50, 1),
+      p99: summary(perRun.requestToStartP99, 1),
+    },
+    goalP99Ms: 20,
+    rssMiB: { watcher: rssMiB(watcher.child.pid), workers: workers.map((w) => rssMiB(w.child.pid)) },
+    goalRssMiB: 150,
+    memoryMiB: {
+      watcher: await memoryOf(watcher.child.pid, watcherPort),
+      workers: await Promise.all(workers.map((w, i) => memoryOf(w.child.pid, metricsPorts[i] ?? 0))),
+    },
+    cpuMsPerReconcile: {
+      ...cpuMsPerReconcile,
+      total: Number(
+        Object.values(cpuMsPerReconcile)
+          .reduce((a, b) => a + b, 0)
+          .toFixed(2),
+      ),
+    },
+    apiRequestsPerReconcile: perRun.requests.at(-1),
+    stepsRun: await stepTimes(metricsPorts),
+    loadavg: load(),
+  };
+  console.log(JSON.stringify(result));
+  if (values.save) {
+    const defaults = CLUSTERS === 1000 && LIVE === 20 && WORKERS === 2;
+    const variant = defaults ? "" : `${CLUSTERS} clusters, ${LIVE} live, ${WORKERS} workers`;
+    progress(`saved ${saveResults("control", "control", variant, [result])}`);
+  }
 } finally {
   // SIGTERM: the processes shut down cleanly (and write their profiles when run with --cpu-prof).
   for (const p of processes) await p.kill("SIGTERM");
