@@ -194,4 +194,4 @@ export function apiReferencePage(): string {
   return formatted(renderApiReference(), PAGE);
 }
 
-if (import.meta.main) generatorMain(PAGE, apiReferencePage, COMMAND);
+if (import.meta.main) generatorMain(COMMAND, { [PAGE]: apiReferencePage });

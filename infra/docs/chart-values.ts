@@ -59,4 +59,4 @@ export function installPage(page = readFileSync(PAGE, "utf8")): string {
   return formatted(replaceSection(page, START, END, renderValues()), PAGE);
 }
 
-if (import.meta.main) generatorMain(PAGE, () => installPage(), COMMAND);
+if (import.meta.main) generatorMain(COMMAND, { [PAGE]: () => installPage() });

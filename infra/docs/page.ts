@@ -46,12 +46,18 @@ export function writeOrCheck(
   return undefined;
 }
 
-/** A generator's command line: `--check` exits 1 with the message when the page is stale, else it writes it. */
-export function generatorMain(path: string, render: () => string, command: string): void {
+/**
+ * A generator's command line: writes each output (path → its rendering), or with `--check` exits 1
+ * with a message for each one that is stale.
+ */
+export function generatorMain(command: string, outputs: Record<string, () => string>): void {
   const { values } = parseArgs({ options: { check: { type: "boolean", default: false } } });
-  const problem = writeOrCheck(path, render(), values.check, command);
-  if (problem) {
-    process.stderr.write(`${problem}\n`);
+  const problems = Object.entries(outputs).flatMap(([path, render]) => {
+    const problem = writeOrCheck(path, render(), values.check, command);
+    return problem ? [problem] : [];
+  });
+  if (problems.length > 0) {
+    process.stderr.write(`${problems.join("\n")}\n`);
     process.exit(1);
   }
 }
