@@ -55,8 +55,6 @@ import {
 
 const NAMESPACE = "etcd-operator";
 const OPERATOR_SA = `system:serviceaccount:${NAMESPACE}:etcd-operator`;
-/** Roles the operator will have once issue 6 (the HTTP server) lands; until then a todo, not a failure. */
-const PENDING_ROLES = new Set(["http"]);
 
 const assets = await ensureAssets({ log: (line) => t.comment(line) });
 const helm = await ensureHelm({ log: (line) => t.comment(line) });
@@ -124,12 +122,10 @@ function kustomizeWith(overlay: string, components: string[]): string {
 
 const allRoles = await acceptedRoles(["all", "watcher", "worker", "scheduler", "http"]);
 
-/** The role must be one the operator's CLI accepts (a pending role is a todo until it lands). */
+/** The role must be one the operator's CLI accepts. */
 function checkRole(tt: Test, role: string | undefined, where: string): void {
   if (role !== undefined && allRoles.has(role)) {
     tt.pass(`${where}: --role ${role} is a role of the operator`);
-  } else if (role !== undefined && PENDING_ROLES.has(role)) {
-    tt.pass(`${where}: --role ${role}`, { todo: `the "${role}" role is not in this branch yet (issue 6)` });
   } else {
     tt.fail(`${where}: --role ${role} is not a role of the operator (have ${[...allRoles].join(", ")})`);
   }

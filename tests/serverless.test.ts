@@ -2,14 +2,14 @@
 // when it and the code disagree, in either direction: a listed handler, queue, job, schedule,
 // config variable, role or route that is not real, or a job, schedule or route the code has that
 // the list lacks. Each check is also run on a broken copy of the list, to prove it can fail.
-import { existsSync, mkdtempSync, rmSync } from "node:fs";
+import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import fastifySwagger from "@fastify/swagger";
 import { Queue } from "bullmq";
 import Fastify from "fastify";
 import { Redis } from "ioredis";
-import t, { type Test } from "tap";
+import t from "tap";
 import { stopDaemon } from "../infra/local/daemons.ts";
 import { startRedis } from "../infra/local/redis.ts";
 import { loadConfig } from "../shared/config.ts";
@@ -22,7 +22,6 @@ import {
   consumedQueues,
   type FunctionEntry,
   handlerProblems,
-  httpPending,
   httpProblems,
   httpRoutesOf,
   isConfigVariable,
@@ -56,11 +55,6 @@ function entry(list: FunctionEntry[], name: string): FunctionEntry {
   const found = list.find((e) => e.name === name);
   if (!found) throw new Error(`serverless.yml has no function "${name}"`);
   return found;
-}
-
-/** Work of another issue that is not in this tree yet: visible as todo, never as a pass. */
-function reportPending(t: Test, pending: string[]): void {
-  for (const item of pending) t.pass(item, { todo: "pending: checked strictly once it lands" });
 }
 
 t.test(
@@ -106,9 +100,7 @@ t.test("a malformed serverless.yml is refused with the path of the bad entry", a
 });
 
 t.test("every handler imports and is a function", async (t) => {
-  const { problems, pending } = await handlerProblems(entries);
-  t.same(problems, []);
-  reportPending(t, pending);
+  t.same((await handlerProblems(entries)).problems, []);
   const broken_ = await handlerProblems(
     broken((copy) => {
       entry(copy, "reconcile").handler = "functions/reconcile.reconcileEverything";
@@ -133,9 +125,7 @@ t.test("the scanner finds the queues, jobs and schedules the code has today", as
 });
 
 t.test("every queue event and schedule matches a real queue, job, worker and setting", async (t) => {
-  const { problems, pending } = queueProblems(entries, code);
-  t.same(problems, []);
-  reportPending(t, pending);
+  t.same(queueProblems(entries, code).problems, []);
 });
 
 t.test("the queue checks catch a wrong queue, job, setting or a missing entry", async (t) => {
@@ -189,8 +179,6 @@ t.test("every function's role is a role the operator runs", async (t) => {
   for (const fn of entries) {
     if (fn.role === undefined) continue;
     if (accepted.has(fn.role)) t.pass(`${fn.name}: --role ${fn.role}`);
-    else if (httpPending(fn))
-      reportPending(t, [`${fn.name}: --role ${fn.role} (the HTTP server is not in this tree yet)`]);
     else t.fail(`${fn.name}: --role ${fn.role} is not a role of the operator`);
   }
 });
@@ -224,7 +212,6 @@ t.test("HTTP routes are read from the server's OpenAPI document", async (t) => {
 });
 
 const serverModule = join(ROOT, "infra/http/server.ts");
-const httpEvents = entries.flatMap((e) => e.events.filter((ev) => ev.kind === "http"));
 
 /** Builds the real HTTP server (as its own tests do, without listening) and reads its routes. */
 async function realRoutes(): Promise<Route[]> {
@@ -274,12 +261,5 @@ async function realRoutes(): Promise<Route[]> {
 }
 
 t.test("every HTTP route of the server is listed, and every listed route is real", async (t) => {
-  if (!existsSync(serverModule)) {
-    reportPending(
-      t,
-      httpEvents.map((e) => `http ${e.method} ${e.path} (the HTTP server is not in this tree yet)`),
-    );
-    return;
-  }
   t.same(httpProblems(entries, await realRoutes()), []);
 });

@@ -119,25 +119,9 @@ export function splitHandler(handler: string): { module: string; exportName: str
   return { module: `${match[1]}.ts`, exportName: match[2] };
 }
 
-export const HTTP_SERVER_MODULE = "infra/http/server.ts";
-
-/**
- * Functions served only over HTTP cannot be checked before the HTTP server exists in the tree
- * (it is built in parallel, issue 6): their handlers and routes are reported as pending until then,
- * and checked strictly from the moment infra/http/server.ts is there.
- */
-export function httpPending(entry: FunctionEntry): boolean {
-  return entry.events.every((e) => e.kind === "http") && !existsSync(join(ROOT, HTTP_SERVER_MODULE));
-}
-
 export async function handlerProblems(entries: FunctionEntry[]): Promise<Findings> {
   const problems: string[] = [];
-  const pending: string[] = [];
   for (const entry of entries) {
-    if (httpPending(entry)) {
-      pending.push(`${entry.name}: handler ${entry.handler} (the HTTP server is not in this tree yet)`);
-      continue;
-    }
     const parts = splitHandler(entry.handler);
     if (!parts) {
       problems.push(`${entry.name}: handler "${entry.handler}" is not of the form path/module.export`);
@@ -153,7 +137,7 @@ export async function handlerProblems(entries: FunctionEntry[]): Promise<Finding
       problems.push(`${entry.name}: ${parts.module} exports no function "${parts.exportName}"`);
     }
   }
-  return { problems, pending };
+  return { problems };
 }
 
 // ---------------------------------------------------------------------------------------------------------
@@ -274,13 +258,6 @@ export function isConfigVariable(name: string): boolean {
 export interface Findings {
   /** Disagreements: the test fails on each. */
   problems: string[];
-  /**
-   * Work another issue has started but not finished, reported as todo rather than failure: a job
-   * the code enqueues on a queue no worker consumes yet (e.g. manual backups before the backup
-   * worker exists), or HTTP functions before the HTTP server is in the tree. Checked strictly as
-   * soon as the worker or the server exists.
-   */
-  pending: string[];
 }
 
 export function queueProblems(
@@ -288,7 +265,6 @@ export function queueProblems(
   code: { consumed: Set<string>; live: Set<string>; scheduled: Set<string> },
 ): Findings {
   const problems: string[] = [];
-  const pending: string[] = [];
   const owners = jobQueues();
   const queueValues = new Set(QUEUES.values());
   const jobValues = new Set(JOBS.values());
@@ -326,12 +302,7 @@ export function queueProblems(
   }
   for (const job of code.live) {
     if (listedJobs.has(job)) continue;
-    const queue = owners.get(job) ?? "";
-    if (code.consumed.has(queue)) {
-      problems.push(`the code runs job "${job}" but no function lists it as a queue event`);
-    } else {
-      pending.push(`the code enqueues job "${job}" on queue "${queue}", which no worker consumes yet`);
-    }
+    problems.push(`the code runs job "${job}" but no function lists it as a queue event`);
   }
   for (const job of listedJobs) {
     if (!code.live.has(job))
@@ -341,7 +312,7 @@ export function queueProblems(
     if (!listedSchedules.has(job))
       problems.push(`the code schedules job "${job}" but no function lists the schedule`);
   }
-  return { problems, pending };
+  return { problems };
 }
 
 // ---------------------------------------------------------------------------------------------------------
