@@ -1,9 +1,10 @@
 // Benchmark: backup throughput and restore time, against references measured in the same run.
-//   node bench/backup.ts [--gib N] [--runs R] [--size S] [--backup-only] [--save]
+//   node bench/backup.ts [--gib N] [--runs R] [--size S] [--store s3|abs|gcs] [--backup-only] [--save]
 // One JSON object per scenario on stdout (progress on stderr), each with every run's figures, the
 // median and spread, the ratio of the medians, the goal and the machine's load:
-//   backup:  an EtcdBackup of an N GiB keyspace to the local S3-compatible store (versitygw), from
-//            the request to the status saying it succeeded; the backup worker's RSS growth.
+//   backup:  an EtcdBackup of an N GiB keyspace to the local S3-compatible store (versitygw), or
+//            with --store to Azurite (abs) or fake-gcs-server (gcs), from the request to the status
+//            saying it succeeded; the backup worker's RSS growth.
 //            reference: `etcdctl snapshot save` of the same member to a local file (goal: our
 //            throughput ≥ 0.8 of it, i.e. time ratio ≤ 1.25).
 //            bound: the same bytes uploaded from a local file straight into the store (our
@@ -25,22 +26,23 @@ import { join } from "node:path";
 import { pipeline } from "node:stream/promises";
 import { parseArgs, promisify } from "node:util";
 import { ensureAssets, etcdForMinor } from "../infra/local/assets.ts";
-import { waitFor } from "../infra/local/kube-wait.ts";
-import { GROUP, PLURAL, VERSION } from "../shared/api/etcd-cluster.ts";
 import { newestPatchOf } from "../shared/etcd-versions.ts";
-import { openS3Store } from "../shared/object-store/s3.ts";
 import {
-  awsSecretData,
   createBackup,
   createRestore,
-  createSecret,
   deleteCustom,
   fillKeyspace,
   startClusterWithStore,
   waitBackupOutcome,
   waitRestore,
 } from "../tests/helpers/backups.ts";
-import { createCluster, etcdClient, memberEndpoints, waitReady } from "../tests/helpers/clusters.ts";
+import {
+  createCluster,
+  deleteCluster,
+  etcdClient,
+  memberEndpoints,
+  waitReady,
+} from "../tests/helpers/clusters.ts";
 import { type OperatorProcess, startOperatorProcess } from "../tests/helpers/operator-processes.ts";
 import { operatorBuild } from "./operator-entry.ts";
 import { saveResults } from "./results.ts";
@@ -53,6 +55,7 @@ import {
   summary,
   warmMachineMemory,
 } from "./stats.ts";
+import { BENCH_STORES, benchStore, isBenchStore } from "./stores.ts";
 
 const { values } = parseArgs({
   options: {
@@ -61,11 +64,14 @@ const { values } = parseArgs({
     size: { type: "string", default: "3" },
     // Measure backups only (no restore rounds): a quicker loop while working on the backup path.
     "backup-only": { type: "boolean", default: false },
+    store: { type: "string", default: "s3" },
     // Also write the figures to bench/results/backup.json (see bench/results.ts).
     save: { type: "boolean", default: false },
   },
 });
 const backupOnly = values["backup-only"];
+const storeKind = values.store;
+if (!isBenchStore(storeKind)) throw new Error(`--store ${storeKind}: use one of ${BENCH_STORES.join(", ")}`);
 const bytes = Number(values.gib) * 1024 ** 3;
 const runs = Number(values.runs);
 const size = Number(values.size);
@@ -79,13 +85,13 @@ const seconds = (since: number) => (performance.now() - since) / 1000;
 
 warmMachineMemory(progress);
 const operator = await operatorBuild(progress);
-const {
-  local: cluster,
-  store: s3,
-  clients: c,
-} = await startClusterWithStore({ name: "bench-backup", bucket: "bench", log: () => {} });
+const { local: cluster, clients: c } = await startClusterWithStore({
+  name: "bench-backup",
+  bucket: "unused",
+  log: () => {},
+});
 const { core } = c;
-await createSecret(c, NS, "aws", awsSecretData(s3));
+const bench = await benchStore(storeKind, cluster, c, "bench");
 const quiet = { LOG_LEVEL: "info" };
 const processes: OperatorProcess[] = [
   startOperatorProcess(cluster, "watcher", quiet, operator.entry),
@@ -93,12 +99,7 @@ const processes: OperatorProcess[] = [
 ];
 const worker = startOperatorProcess(cluster, "worker", quiet, operator.entry);
 processes.push(worker);
-const store = openS3Store({
-  bucket: "bench",
-  endpoint: s3.endpoint,
-  forcePathStyle: true,
-  credentials: { accessKeyId: s3.accessKeyId, secretAccessKey: s3.secretAccessKey, region: s3.region },
-});
+const { store } = bench;
 const etcd = etcdForMinor(await ensureAssets({ log: () => {} }), "3.6");
 const scratch = join(tmpdir(), `bench-backup-${process.pid}`);
 mkdirSync(scratch, { recursive: true });
@@ -139,8 +140,7 @@ async function operatorBackup(name: string, key: string) {
   try {
     await createBackup(c, NS, name, {
       etcdEndpoints: [`http://${NAME}-client:2379`],
-      storageType: "S3",
-      s3: { path: `bench/${key}`, awsSecret: "aws", endpoint: s3?.endpoint, forcePathStyle: true },
+      ...bench.spec(key),
     });
     // Polled every 50 ms: the figure is the operator's, not the poll's.
     const status = await waitBackupOutcome(c, NS, name, { timeoutMs: 1_800_000, intervalMs: 50 });
@@ -189,7 +189,7 @@ interface CpuUse {
 function cpuCounters(): CpuUse {
   return {
     machine: machineBusySeconds(),
-    store: processCpuSeconds(s3.pid),
+    store: processCpuSeconds(bench.pid),
     worker: processCpuSeconds(worker.child.pid),
   };
 }
@@ -306,32 +306,15 @@ async function operatorRestore(key: string): Promise<{
   initContainers: Record<string, [number, number][]>;
 }> {
   await deleteCustom(c, NS, "etcdrestores", NAME).catch(() => undefined);
-  await c.custom.deleteNamespacedCustomObject({
-    group: GROUP,
-    version: VERSION,
-    namespace: NS,
-    plural: PLURAL,
-    name: NAME,
-  });
-  await waitFor(
-    "the cluster's pods to be gone",
-    async () =>
-      (await core.listNamespacedPod({ namespace: NS, labelSelector: `etcd_cluster=${NAME}` })).items
-        .length === 0
-        ? true
-        : undefined,
-    { timeoutMs: 120_000 },
-  );
+  await deleteCluster(c, NS, NAME, 120_000);
   await createCluster(c, NS, NAME, { size, version: VERSION_36 });
   await waitReady(c, NS, NAME, size, 300_000);
   const cpuBefore = cpuCounters();
   const started = performance.now();
   // The pods' timestamps are wall-clock: taken from the same moment as `started`.
   const startedWall = Date.now();
-  await createRestore(c, NS, NAME, {
-    backupStorageType: "S3",
-    s3: { path: `bench/${key}`, awsSecret: "aws", endpoint: s3?.endpoint, forcePathStyle: true },
-  });
+  const { storageType, ...section } = bench.spec(key);
+  await createRestore(c, NS, NAME, { backupStorageType: storageType, ...section });
   // Where the time goes: when each phase was first seen (polled every 100 ms), and when the seed
   // pods' etcd containers started (their init containers fetched and restored the backup before).
   // Serving is timed as the reference is: when every restored member answers `etcdctl endpoint
@@ -528,12 +511,20 @@ try {
   }
   for (const r of results) console.log(JSON.stringify(r));
   if (values.save) {
-    const variant = values.gib === "1" && size === 3 ? "" : `${values.gib} GiB, size ${size}`;
-    progress(`saved ${saveResults("backup", "backup", variant, results)}`);
+    const store = {
+      s3: "",
+      abs: "Azure Blob Storage (Azurite)",
+      gcs: "Google Cloud Storage (fake-gcs-server)",
+    }[storeKind];
+    const shape = values.gib === "1" && size === 3 ? "" : `${values.gib} GiB, size ${size}`;
+    const variant = [store, shape].filter(Boolean).join(", ");
+    const file = storeKind === "s3" ? "backup" : `backup-${storeKind}`;
+    progress(`saved ${saveResults(file, "backup", variant, results)}`);
   }
 } finally {
   for (const p of processes) await p.kill("SIGTERM");
   store.close();
+  await bench.stop();
   rmSync(scratch, { recursive: true, force: true });
   keepLogs(cluster.dir, progress);
   await cluster.stop();

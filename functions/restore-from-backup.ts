@@ -10,6 +10,7 @@ import { GROUP, SCOPE_ANNOTATION, VERSION } from "../shared/api/etcd-cluster.ts"
 import { type EtcdRestore, RESTORE_KIND } from "../shared/api/etcd-restore.ts";
 import { ownerReference } from "../shared/kube.ts";
 import { clientServiceName } from "../shared/member-pods.ts";
+import { isStorageType, STORAGES } from "../shared/object-store/storages.ts";
 import type { StepDeps, StepInput, StepOutcome } from "./step.ts";
 
 /** On EtcdRestores this operator created itself; a failed one is not retried automatically. */
@@ -43,7 +44,7 @@ export function latestBackup(
     .filter(
       (b) => backsUpCluster(b, clusterName, namespace) && b.status?.backupPath && b.status.lastSuccessDate,
     )
-    .filter((b) => b.spec.storageType === "S3" || b.spec.storageType === "OSS")
+    .filter((b) => isStorageType(b.spec.storageType))
     .sort(
       (a, b) => Date.parse(b.status?.lastSuccessDate ?? "") - Date.parse(a.status?.lastSuccessDate ?? ""),
     )[0];
@@ -59,12 +60,9 @@ export function restoreFor(input: StepInput, backup: EtcdBackup): EtcdRestore {
   const namespace = input.cluster.metadata?.namespace ?? "default";
   const name = input.cluster.metadata?.name ?? "";
   const path = (backup.status?.backupPath ?? "").replace(/^[a-z0-9]+:\/\//, "");
-  const storage =
-    backup.spec.storageType === "S3" && backup.spec.s3
-      ? { s3: { ...backup.spec.s3, path } }
-      : backup.spec.oss
-        ? { oss: { ...backup.spec.oss, path } }
-        : {};
+  const sectionName = STORAGES[backup.spec.storageType].section;
+  const section = backup.spec[sectionName];
+  const storage = section ? { [sectionName]: { ...section, path } } : {};
   return {
     apiVersion: `${GROUP}/${VERSION}`,
     kind: RESTORE_KIND,

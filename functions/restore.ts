@@ -33,9 +33,16 @@ import { createEtcdClient, type EtcdClientOptions } from "../shared/etcd-members
 import type { Kube } from "../shared/kube.ts";
 import { httpStatusOf } from "../shared/kube-errors.ts";
 import type { Logger } from "../shared/log.ts";
-import { imageOf, memberPod, membersMustStayApart, newMemberName, peerURL } from "../shared/member-pods.ts";
-import { createMemberPodWithTls } from "../shared/member-tls.ts";
+import {
+  CLIENT_PORT,
+  imageOf,
+  memberPod,
+  membersMustStayApart,
+  newMemberName,
+} from "../shared/member-pods.ts";
+import { clientTlsOn, createMemberPodWithTls, memberPeerURL, withMemberTls } from "../shared/member-tls.ts";
 import { type ObjectStore, ObjectStoreError, openStore } from "../shared/object-store/index.ts";
+import { STORAGES } from "../shared/object-store/storages.ts";
 import { type RestoreSource, restoreSeedPod } from "../shared/restore-pods.ts";
 import {
   badBackup,
@@ -47,6 +54,7 @@ import {
   waitingAtStartGate,
 } from "../shared/restore-seeds.ts";
 import { SnapshotChecksums } from "../shared/snapshot-digest.ts";
+import { loadClusterTls, type MemberTlsMaterial } from "../shared/tls-secrets.ts";
 import { type BackupMetadata, META_SUFFIX, restoreCandidate } from "./backup-objects.ts";
 
 /** A seed member that does not serve within this time fails the restore. */
@@ -79,15 +87,6 @@ export type RestoreResult =
 
 class RestoreFailed extends Error {
   override name = "RestoreFailed";
-}
-
-function source(restore: EtcdRestore): { type: "S3" | "OSS"; secret: string } {
-  const type = restore.spec.backupStorageType;
-  if (type === "S3" && restore.spec.s3) return { type, secret: restore.spec.s3.awsSecret };
-  if (type === "OSS" && restore.spec.oss) return { type, secret: restore.spec.oss.ossSecret };
-  throw new RestoreFailed(
-    `backupStorageType ${type} is not supported for restores; use S3 (or an S3-compatible endpoint) or OSS`,
-  );
 }
 
 async function readText(store: ObjectStore, key: string): Promise<string | undefined> {
@@ -193,14 +192,13 @@ function bucketPath(path: string): string {
 }
 
 function seedSource(restore: EtcdRestore, status: EtcdRestoreStatus): RestoreSource {
-  const { type, secret } = source(restore);
+  const type = restore.spec.backupStorageType;
+  const section = restore.spec[STORAGES[type].section] ?? {};
   return {
     storageType: type,
-    path: bucketPath(status.backupPath ?? ""),
-    secretName: secret,
-    s3Endpoint: restore.spec.s3?.endpoint,
-    s3ForcePathStyle: restore.spec.s3?.forcePathStyle,
-    ossEndpoint: restore.spec.oss?.endpoint,
+    // The section as the restore gives it (endpoint, Secret name), naming the very object found.
+    section: { ...section, path: bucketPath(status.backupPath ?? "") },
+    secretName: STORAGES[type].secretName(section as never),
     sha256: status.sha256,
     crc32: status.crc32,
     // The size is checked only with the SHA-256 it was recorded with (the listing's is not a record).
@@ -270,7 +268,7 @@ function seedPlan(
     names,
     initialCluster: names.map((name) => ({
       name,
-      peerURL: peerURL(name, clusterName, namespace, spec.pod.ClusterDomain),
+      peerURL: memberPeerURL(spec, name, clusterName, namespace),
     })),
   };
 }
@@ -283,6 +281,7 @@ async function createSeeds(
   plan: SeedPlan,
   existing: readonly V1Pod[],
   gated: boolean,
+  memberTls: MemberTlsMaterial | undefined,
   deps: RestoreDeps,
 ): Promise<string[]> {
   const uid = restore.metadata?.uid ?? "";
@@ -300,7 +299,7 @@ async function createSeeds(
       state: "new",
     });
     const pod = restoreSeedPod({
-      pod: base,
+      pod: withMemberTls(base, memberTls),
       source: seedSource(restore, status),
       operatorImage: deps.operatorImage,
       etcdImage: imageOf(spec),
@@ -310,8 +309,7 @@ async function createSeeds(
       clusterToken: `${clusterName}-restore-${uid}`,
       startToken: gated ? uid : undefined,
     });
-    // TLS clusters are refused before a restore gets here.
-    await createMemberPodWithTls(deps.kube, cluster, spec, pod, undefined);
+    await createMemberPodWithTls(deps.kube, cluster, spec, pod, memberTls);
     created.push(member.name);
   }
   if (created.length > 0) {
@@ -370,12 +368,29 @@ export async function restoreStep(restore: EtcdRestore, deps: RestoreDeps): Prom
   if (!validation.ok)
     return fail(`EtcdCluster ${clusterName} has an invalid spec: ${validation.problems.join("; ")}`);
   const spec = validation.spec;
-  // The seed member would start without the cluster's certificates (and its members' peers and
-  // clients expect TLS): refused before anything is replaced, the cluster stays as it is.
-  if (spec.TLS?.static && (!status.phase || status.phase === "Verifying"))
-    return fail(
-      `EtcdCluster ${clusterName} uses TLS (spec.TLS.static): restoring it from a backup is not supported yet; nothing was changed`,
+  // A TLS cluster's seeds get the cluster's certificates as any new member does, and the operator
+  // reads them over TLS. The Secrets are checked on every look, as the reconcile does: before
+  // anything is replaced a bad one fails the restore; later it holds the restore until fixed.
+  let memberTls: MemberTlsMaterial | undefined;
+  let etcd = deps.etcd;
+  if (spec.TLS?.static) {
+    const tls = await loadClusterTls(
+      (ns, secret) => deps.kube.readSecret(ns, secret),
+      clusterName,
+      namespace,
+      spec,
+      now().getTime(),
     );
+    if (!tls.ok) {
+      const message = `the TLS Secrets of EtcdCluster ${clusterName} cannot be used: ${tls.problems.join("; ")}`;
+      if (!status.phase || status.phase === "Verifying") return fail(`${message}; nothing was changed`);
+      if (status.reason !== message) await deps.kube.patchRestoreStatus(restore, { reason: message });
+      return { done: false, requeueAfterMs: WAIT_MS };
+    }
+    const { member } = tls.value;
+    memberTls = member.peer || member.server ? member : undefined;
+    if (tls.value.client) etcd = { ...deps.etcd, tls: tls.value.client };
+  }
   const uid = restore.metadata?.uid ?? "";
 
   if (!status.phase || status.phase === "Verifying") {
@@ -383,7 +398,6 @@ export async function restoreStep(restore: EtcdRestore, deps: RestoreDeps): Prom
     const route = status.route ?? (membersMustStayApart(spec.pod) ? "InPlace" : "Staged");
     await deps.kube.patchRestoreStatus(restore, { phase: "Verifying", startTime, route });
     try {
-      source(restore);
       const located = await locateBackup(restore, deps, route === "InPlace");
       const check = located.sha256 ? `sha256 ${located.sha256.slice(0, 12)}…` : "etcd's snapshot hash";
       const size = located.backupSize === undefined ? "" : `${located.backupSize} bytes, `;
@@ -458,7 +472,7 @@ export async function restoreStep(restore: EtcdRestore, deps: RestoreDeps): Prom
       return { done: false, requeueAfterMs: 0 };
     };
     try {
-      if ((await createSeeds(restore, cluster, spec, plan, seeds, true, deps)).length > 0)
+      if ((await createSeeds(restore, cluster, spec, plan, seeds, true, memberTls, deps)).length > 0)
         return { done: false, requeueAfterMs: WAIT_MS };
     } catch (error) {
       if (refusedByQuota(error))
@@ -547,7 +561,7 @@ export async function restoreStep(restore: EtcdRestore, deps: RestoreDeps): Prom
   const pods = memberPods.filter((pod) => plan.names.includes(pod.metadata?.name ?? ""));
   // A seed missing now (deleted by hand, its node lost) starts ungated: the old members are gone
   // or going, as they are for every seed InPlace.
-  const created = await createSeeds(restore, cluster, spec, plan, pods, false, deps);
+  const created = await createSeeds(restore, cluster, spec, plan, pods, false, memberTls, deps);
   if (created.length > 0) return { done: false, requeueAfterMs: WAIT_MS };
   if (oldMembers.length === 0) {
     for (const pod of pods.filter(waitingAtStartGate)) {
@@ -570,7 +584,8 @@ export async function restoreStep(restore: EtcdRestore, deps: RestoreDeps): Prom
   const quorum = Math.floor(plan.initialCluster.length / 2) + 1;
   let revision: number | undefined;
   for (const pod of serving.length >= quorum ? serving : []) {
-    revision = await servingRevision(`http://${pod.status?.podIP}:2379`, deps.etcd);
+    const scheme = clientTlsOn(spec) ? "https" : "http";
+    revision = await servingRevision(`${scheme}://${pod.status?.podIP}:${CLIENT_PORT}`, etcd);
     if (revision !== undefined) break;
   }
   // Once a seed's etcd runs (or waits at its gate), its readiness is at most moments away: looked at often.

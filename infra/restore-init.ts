@@ -23,7 +23,7 @@ import {
 } from "node:fs";
 import { createServer } from "node:http";
 import { join } from "node:path";
-import type { BackupStorageType } from "../shared/api/etcd-backup.ts";
+import type { StorageSections } from "../shared/object-store/storages.ts";
 import {
   BAD_BACKUP_EXIT_CODE,
   RESTORE_DIR,
@@ -113,24 +113,16 @@ async function fetchBackup(env: NodeJS.ProcessEnv): Promise<void> {
   rmSync(RESTORE_DIR, { recursive: true, force: true });
   mkdirSync(RESTORE_DIR, { recursive: true });
   if (env.STORAGE_TYPE === "Member") return fetchFromMember(required(env, "MEMBER_ENDPOINT"), env);
-  const type = required(env, "STORAGE_TYPE") as BackupStorageType;
-  const path = required(env, "BACKUP_PATH");
+  const type = required(env, "STORAGE_TYPE");
   const secretDir = env.SECRET_DIR ?? SECRET_DIR;
-  const secretName = env.SECRET_NAME ?? "backup-secret";
-  const sections =
-    type === "S3"
-      ? {
-          s3: {
-            path,
-            awsSecret: secretName,
-            endpoint: env.S3_ENDPOINT || undefined,
-            forcePathStyle: env.S3_FORCE_PATH_STYLE === "true",
-          },
-        }
-      : { oss: { path, ossSecret: secretName, endpoint: env.OSS_ENDPOINT || undefined } };
   // The store SDKs load here, not at the top: `install` and `await-start` need none (see
   // shared/restore-paths.ts).
   const { openStore } = await import("../shared/object-store/index.ts");
+  const { isStorageType, STORAGES } = await import("../shared/object-store/storages.ts");
+  if (!isStorageType(type)) throw new Error(`STORAGE_TYPE "${type}" is not a storage type`);
+  const sections: StorageSections = {
+    [STORAGES[type].section]: JSON.parse(required(env, "STORAGE_SECTION")),
+  };
   const { store, key } = await openStore(type, sections, async () => readMountedSecret(secretDir));
   const where = `${store.kind.toLowerCase()}://${store.bucket}/${key}`;
   try {

@@ -19,6 +19,7 @@ import type {
   V1PodSecurityContext,
   V1SecurityContext,
 } from "@kubernetes/client-node";
+import type { BackupStorageType } from "./api/etcd-backup.ts";
 import { DATA_DIR } from "./member-pods.ts";
 import { SECRET_DIR, SNAPSHOT_FILE, STAGING_DATA_DIR } from "./restore-paths.ts";
 
@@ -81,13 +82,14 @@ export const OPERATOR_TLS_DIR = "/etc/etcd-operator-tls";
 const OPERATOR_TLS_VOLUME = "operator-tls";
 
 export interface RestoreSource {
-  storageType: "S3" | "OSS";
-  /** "<bucket>/<key>" of the very object to restore. */
-  path: string;
-  secretName: string;
-  s3Endpoint?: string;
-  s3ForcePathStyle?: boolean;
-  ossEndpoint?: string;
+  storageType: BackupStorageType;
+  /**
+   * The restore's storage section (s3, abs, gcs or oss) with its path naming the very object to
+   * restore ("<bucket>/<key>"); the fetch container opens the store from it as the operator does.
+   */
+  section: Record<string, unknown>;
+  /** The Secret the section names; undefined when the storage runs without one (GCS). */
+  secretName: string | undefined;
   /**
    * Checked by the fetch container when the backup's metadata recorded it: the CRC-32 when there
    * is one (cheaper), else the SHA-256, else etcd's trailer.
@@ -157,18 +159,16 @@ function fetchContainer(
     securityContext,
     env: env({
       STORAGE_TYPE: source.storageType,
-      BACKUP_PATH: source.path,
-      SECRET_NAME: source.secretName,
-      SECRET_DIR,
-      S3_ENDPOINT: source.s3Endpoint,
-      S3_FORCE_PATH_STYLE:
-        source.s3ForcePathStyle === undefined ? undefined : String(source.s3ForcePathStyle),
-      OSS_ENDPOINT: source.ossEndpoint,
+      STORAGE_SECTION: JSON.stringify(source.section),
+      SECRET_DIR: source.secretName === undefined ? undefined : SECRET_DIR,
       EXPECT_SHA256: source.sha256,
       EXPECT_CRC32: source.crc32,
       EXPECT_SIZE: source.size === undefined ? undefined : String(source.size),
     }),
-    volumeMounts: [dataMount, { name: SECRET_VOLUME, mountPath: SECRET_DIR, readOnly: true }],
+    volumeMounts:
+      source.secretName === undefined
+        ? [dataMount]
+        : [dataMount, { name: SECRET_VOLUME, mountPath: SECRET_DIR, readOnly: true }],
   };
 }
 
@@ -221,7 +221,9 @@ export function restoreSeedPod(input: RestoreSeedInput): V1Pod {
     : [];
   const secretVolumes =
     source.storageType !== "Member"
-      ? [{ name: SECRET_VOLUME, secret: { secretName: source.secretName } }]
+      ? source.secretName === undefined
+        ? []
+        : [{ name: SECRET_VOLUME, secret: { secretName: source.secretName } }]
       : source.tls
         ? [
             {

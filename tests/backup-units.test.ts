@@ -302,9 +302,8 @@ t.test("the restore seed pod restores before etcd starts, with credentials as a 
     },
     source: {
       storageType: "S3",
-      path: "bucket/key",
+      section: { path: "bucket/key", awsSecret: "aws", endpoint: "http://10.0.0.1:9000" },
       secretName: "aws",
-      s3Endpoint: "http://10.0.0.1:9000",
       sha256: "ab",
       crc32: "0badf00d",
       size: 1234,
@@ -321,10 +320,13 @@ t.test("the restore seed pod restores before etcd starts, with credentials as a 
   );
   const fetch = pod.spec?.initContainers?.[0];
   t.notOk(
-    fetch?.env?.some(
-      (e) => /secret|key/i.test(e.name) && e.name !== "SECRET_NAME" && e.name !== "SECRET_DIR",
-    ),
+    fetch?.env?.some((e) => /secret|key/i.test(e.name) && e.name !== "SECRET_DIR"),
     "no credential in env",
+  );
+  t.same(
+    JSON.parse(fetch?.env?.find((e) => e.name === "STORAGE_SECTION")?.value ?? "{}"),
+    { path: "bucket/key", awsSecret: "aws", endpoint: "http://10.0.0.1:9000" },
+    "the fetch opens the store from the restore's section, naming the very object",
   );
   t.ok(pod.spec?.volumes?.some((v) => v.secret?.secretName === "aws"));
   const restore = pod.spec?.initContainers?.[1]?.command ?? [];
@@ -359,7 +361,7 @@ t.test(
       pod: { metadata: { name: "c-abc" }, spec: { containers: [{ name: "etcd", image: "etcd:v3.6.16" }] } },
       source: {
         storageType: "S3" as const,
-        path: "bucket/key",
+        section: { path: "bucket/key", awsSecret: "aws" },
         secretName: "aws",
         sha256: "ab",
         size: 4096,
@@ -403,7 +405,7 @@ t.test("every step of a restored seed runs as the user etcd runs as", async (t) 
         metadata: { name: "c-abc" },
         spec: { containers: [{ name: "etcd", image: "etcd:v3.6.16" }], securityContext },
       },
-      source: { storageType: "S3", path: "bucket/key", secretName: "aws" },
+      source: { storageType: "S3", section: { path: "bucket/key", awsSecret: "aws" }, secretName: "aws" },
       operatorImage: "example/etcd-operator:v1",
       etcdImage: "quay.io/coreos/etcd:v3.6.16",
       memberName: "c-abc",
@@ -449,7 +451,7 @@ t.test("seed members restored at once share the new cluster's whole membership",
   }));
   const pod = restoreSeedPod({
     pod: { metadata: { name: "c-b" }, spec: { containers: [{ name: "etcd", image: "etcd:v3.6.16" }] } },
-    source: { storageType: "S3", path: "bucket/key", secretName: "aws" },
+    source: { storageType: "S3", section: { path: "bucket/key", awsSecret: "aws" }, secretName: "aws" },
     operatorImage: "example/etcd-operator:v1",
     etcdImage: "quay.io/coreos/etcd:v3.6.16",
     memberName: "c-b",
@@ -487,10 +489,19 @@ t.test("all members lost: the newest successful backup of this cluster is found 
       spec: {
         etcdEndpoints: endpoints,
         storageType,
-        s3: { path: "bucket/base", awsSecret: "aws", endpoint: "http://s3:9000", forcePathStyle: true },
+        ...(storageType === "ABS"
+          ? { abs: { path: "container/base", absSecret: "azure" } }
+          : {
+              s3: { path: "bucket/base", awsSecret: "aws", endpoint: "http://s3:9000", forcePathStyle: true },
+            }),
       },
       status: lastSuccessDate
-        ? { succeeded: true, lastSuccessDate, backupPath: `s3://bucket/${name}.db`, etcdRevision: 7 }
+        ? {
+            succeeded: true,
+            lastSuccessDate,
+            backupPath: `${storageType.toLowerCase()}://${storageType === "ABS" ? "container" : "bucket"}/${name}.db`,
+            etcdRevision: 7,
+          }
         : undefined,
     }) as EtcdBackup;
   const ours = ["http://c-client:2379"];
@@ -504,12 +515,17 @@ t.test("all members lost: the newest successful backup of this cluster is found 
       backup("new", ours, "2026-11-29T12:00:00Z"),
       backup("never", ours),
       backup("other", ["http://d-client:2379"], "2026-11-29T13:00:00Z"),
-      backup("gcs", ours, "2026-11-29T14:00:00Z", "GCS"),
     ],
     "c",
     "ns",
   );
   t.equal(found?.metadata?.name, "new");
+  const azure = latestBackup(
+    [backup("new", ours, "2026-11-29T12:00:00Z"), backup("abs", ours, "2026-11-29T14:00:00Z", "ABS")],
+    "c",
+    "ns",
+  );
+  t.equal(azure?.metadata?.name, "abs", "whatever the storage");
   const cluster = { metadata: { name: "c", namespace: "ns", uid: "u1" } } as EtcdCluster;
   const restore = restoreFor(
     { cluster, spec: {} as NormalizedSpec, observation: {} as Observation },
@@ -520,6 +536,15 @@ t.test("all members lost: the newest successful backup of this cluster is found 
   t.equal(restore.spec.s3?.path, "bucket/new.db", "the very object the backup took");
   t.equal(restore.spec.s3?.endpoint, "http://s3:9000", "through the backup's store and credentials");
   t.equal(restore.metadata.ownerReferences?.[0]?.uid, "u1", "owned by the cluster");
+  const fromAzure = restoreFor(
+    { cluster, spec: {} as NormalizedSpec, observation: {} as Observation },
+    azure ?? backup("x", []),
+  );
+  t.same(
+    { type: fromAzure.spec.backupStorageType, abs: fromAzure.spec.abs, s3: fromAzure.spec.s3 },
+    { type: "ABS", abs: { path: "container/abs.db", absSecret: "azure" }, s3: undefined },
+    "an Azure backup restores from its blob, with its Secret",
+  );
   t.equal(restore.metadata.annotations?.[AUTO_RESTORE_ANNOTATION], "all-members-lost");
   t.equal(restore.metadata.annotations?.[SCOPE_ANNOTATION], undefined, "no scope for a namespaced cluster");
   const clusterwide: EtcdCluster = {

@@ -194,7 +194,7 @@ function backup(spec: Record<string, unknown>) {
 }
 const s3 = { storageType: "S3", s3: { path: "mybucket/etcd.backup", awsSecret: "aws" } };
 
-t.test("backups: only storage this operator implements, with a usable path and secret", async (t) => {
+t.test("backups: the four coreos storages, each with a usable path and secret", async (t) => {
   t.same(reviewEtcdBackup({ operation: "CREATE", object: backup(s3) }), { allowed: true, warnings: [] });
   t.equal(
     reviewEtcdBackup({
@@ -203,16 +203,38 @@ t.test("backups: only storage this operator implements, with a usable path and s
     }).allowed,
     true,
   );
-  const abs = reviewEtcdBackup({
-    operation: "CREATE",
-    object: backup({ storageType: "ABS", abs: { path: "c/x", absSecret: "a" } }),
-  });
+  t.same(
+    reviewEtcdBackup({
+      operation: "CREATE",
+      object: backup({ storageType: "ABS", abs: { path: "backups/x", absSecret: "a" } }),
+    }),
+    { allowed: true, warnings: [] },
+    "ABS",
+  );
   t.match(
-    abs.message,
-    /"ABS" \(Azure Blob Storage\) is accepted by the API for compatibility.*use S3 or OSS/,
+    storageProblems({ storageType: "ABS", abs: { path: "my.container/x", absSecret: "a" } }, "storageType"),
+    [/spec.abs.path "my.container\/x" starts with an invalid container name "my.container": container names/],
+    "an Azure container name has no dots",
+  );
+  t.match(
+    storageProblems({ storageType: "ABS", abs: { path: "ctr/x" } }, "storageType"),
+    [/spec.abs.absSecret undefined must name a Secret/],
+    "ABS needs its Secret",
+  );
+  t.same(
+    storageProblems({ storageType: "GCS", gcs: { path: "my_bucket/x" } }, "storageType"),
+    [],
+    "GCS without a Secret (the operator's own credentials), and a bucket with an underscore",
+  );
+  t.match(
+    storageProblems(
+      { storageType: "GCS", gcs: { path: "b-1/x", gcpSecret: "g", endpoint: "ftp://x" } },
+      "storageType",
+    ),
+    [/spec.gcs.endpoint "ftp:\/\/x" is not an http:\/\/ or https:\/\/ URL/],
   );
   t.match(storageProblems({ storageType: "FTP" }, "storageType"), [
-    /"FTP" is not a storage type: use S3 or OSS/,
+    /"FTP" is not a storage type: use one of S3, ABS, GCS, OSS/,
   ]);
   t.match(storageProblems({}, "storageType"), [/spec.storageType is required/]);
   t.match(storageProblems({ storageType: "S3" }, "storageType"), [/needs the section spec.s3/]);
@@ -276,7 +298,15 @@ t.test("restores: implemented storage, a cluster to restore, and a spec that nev
       operation: "CREATE",
       object: restore({ ...spec, backupStorageType: "GCS", gcs: { path: "b/x" } }),
     }).message,
-    /"GCS" \(Google Cloud Storage\)/,
+    /invalid bucket name "b"/,
+  );
+  t.equal(
+    reviewEtcdRestore({
+      operation: "CREATE",
+      object: restore({ ...spec, backupStorageType: "GCS", gcs: { path: "bucket/x" } }),
+    }).allowed,
+    true,
+    "a GCS restore with the operator's own credentials",
   );
   t.equal(
     reviewEtcdRestore({ operation: "UPDATE", oldObject: restore(spec), object: restore(spec, { team: "a" }) })

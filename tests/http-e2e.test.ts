@@ -314,11 +314,11 @@ metadata:
 spec:
   storageType: ABS
   abs:
-    path: container/backup.db
+    path: My_Container/backup.db
     absSecret: azure
 `);
     t.equal(abs.ok, false);
-    t.match(abs.out, /this operator cannot store backups there: use S3 or OSS/);
+    t.match(abs.out, /invalid container name "My_Container"/);
     const even = await apply(clusterManifest("big", "  size: 4\n  version: 3.7.3\n  paused: true\n"));
     t.ok(even.ok, even.out);
     t.match(even.out, /Warning: spec.size 4 is even/, "warnings reach kubectl");

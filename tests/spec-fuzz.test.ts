@@ -83,9 +83,8 @@ t.test(
         pod,
         source: {
           storageType: "S3",
-          path: `bucket/${payload}`,
+          section: { path: `bucket/${payload}`, awsSecret: payload, endpoint: payload },
           secretName: payload,
-          s3Endpoint: payload,
           sha256: payload,
         },
         operatorImage: "op",

@@ -25,6 +25,12 @@ export const KUBERNETES_VERSION = "1.34.4";
  */
 export const VERSITYGW_VERSION = "1.8.0";
 
+/**
+ * fake-gcs-server (BSD-2-Clause): a server that speaks Google Cloud Storage's JSON and upload APIs,
+ * the GCS store of the local tests (real GCS cannot run here). Tagged releases are Go module versions.
+ */
+export const FAKE_GCS_VERSION = "1.56.1";
+
 /** CoreDNS as kubeadm v1.34 deploys it (cmd/kubeadm/app/constants: CoreDNSVersion). */
 export const COREDNS_VERSION = "1.12.1";
 /** The pause (sandbox) image kubelet v1.34 and kubeadm use (constants: PauseVersion). */
@@ -42,6 +48,11 @@ export interface EtcdBuild {
   etcd: string;
   etcdctl: string;
   etcdutl: string;
+}
+
+export interface FakeGcsBuild {
+  version: string;
+  fakeGcsServer: string;
 }
 
 export interface VersitygwBuild {
@@ -72,11 +83,12 @@ export interface Assets {
   kubectl: string;
   etcd: EtcdBuild[];
   versitygw: VersitygwBuild;
+  fakeGcs: FakeGcsBuild;
   node: NodeBuild;
   coredns: CorednsBuild;
 }
 
-export type AssetKind = "kubernetes" | "etcd" | "versitygw" | "node" | "coredns";
+export type AssetKind = "kubernetes" | "etcd" | "versitygw" | "fake-gcs" | "node" | "coredns";
 
 export interface EnsureOptions {
   /** Progress lines; default writes them to stderr. */
@@ -135,6 +147,10 @@ function versitygwName(): string {
   return `versitygw-v${VERSITYGW_VERSION}`;
 }
 
+function fakeGcsName(): string {
+  return `fake-gcs-server-v${FAKE_GCS_VERSION}`;
+}
+
 function nodeName(): string {
   return `kubernetes-node-v${KUBERNETES_VERSION}`;
 }
@@ -171,6 +187,13 @@ function targets(): Target[] {
     binaries: ["versitygw"],
     build: buildVersitygw,
   };
+  const fakeGcs: Target = {
+    kind: "fake-gcs",
+    name: fakeGcsName(),
+    label: `fake-gcs-server v${FAKE_GCS_VERSION}`,
+    binaries: ["fake-gcs-server"],
+    build: buildFakeGcs,
+  };
   const node: Target = {
     kind: "node",
     name: nodeName(),
@@ -185,7 +208,7 @@ function targets(): Target[] {
     binaries: ["coredns"],
     build: buildCoredns,
   };
-  return [kubernetes, ...etcds, versitygw, node, coredns];
+  return [kubernetes, ...etcds, versitygw, fakeGcs, node, coredns];
 }
 
 function layout(): Assets {
@@ -209,6 +232,10 @@ function layout(): Assets {
     versitygw: {
       version: VERSITYGW_VERSION,
       versitygw: join(binDir(versitygwName()), "versitygw"),
+    },
+    fakeGcs: {
+      version: FAKE_GCS_VERSION,
+      fakeGcsServer: join(binDir(fakeGcsName()), "fake-gcs-server"),
     },
     node: {
       kubelet: join(binDir(nodeName()), "kubelet"),
@@ -595,6 +622,32 @@ async function buildVersitygw(ctx: BuildContext): Promise<void> {
     ...["-o", `${ctx.outDir}/`, main],
   ]);
   await verifyVersion(ctx, join(ctx.outDir, "versitygw"), ["--version"], `Version  : ${version}`);
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// fake-gcs-server: a wrapper module requiring the pinned release; its command is the module's root
+// package.
+
+const FAKE_GCS_MODULE = "github.com/fsouza/fake-gcs-server";
+
+async function buildFakeGcs(ctx: BuildContext): Promise<void> {
+  await writeFile(
+    join(ctx.moduleDir, "go.mod"),
+    [
+      `module eop.local/${fakeGcsName()}`,
+      "",
+      "go 1.25.0",
+      "",
+      `require ${FAKE_GCS_MODULE} v${FAKE_GCS_VERSION}`,
+      "",
+    ].join("\n"),
+  );
+  await writeFile(join(ctx.moduleDir, "tools.go"), toolsGo([FAKE_GCS_MODULE]));
+  await runGo(ctx, "resolving modules (go mod tidy)", ["mod", "tidy"]);
+  await runGo(ctx, "building fake-gcs-server", [
+    ...["build", "-trimpath", "-buildvcs=false", "-ldflags", "-s -w"],
+    ...["-o", join(ctx.outDir, "fake-gcs-server"), FAKE_GCS_MODULE],
+  ]);
 }
 
 /** A file that only exists so \`go mod tidy\` keeps the command packages' modules required. */

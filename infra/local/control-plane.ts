@@ -265,6 +265,18 @@ function pathEnv(): Record<string, string> {
   return { PATH: process.env.PATH ?? "/usr/local/bin:/usr/bin:/bin", HOME: process.env.HOME ?? "/root" };
 }
 
+/** The pid files one folder below the instance's: servers started beside the control plane. */
+function extraPidFiles(dir: string): string[] {
+  return readdirSync(dir, { withFileTypes: true })
+    .filter((entry) => entry.isDirectory())
+    .flatMap((folder) => {
+      const path = join(dir, folder.name);
+      return readdirSync(path)
+        .filter((name) => name.endsWith(".pid"))
+        .map((name) => join(path, name));
+    });
+}
+
 /**
  * Removes whatever an earlier run of this instance left behind: processes from pid files, pod
  * network namespaces, the bridge and the instance's directory. Safe to call when nothing is there.
@@ -277,6 +289,14 @@ export async function cleanupInstance(name: string, log: (line: string) => void 
       if (record && isOurProcess(record)) {
         log(`stopping ${daemon} (pid ${record.pid})`);
         await stopDaemon(record, stopGraceMs(daemon));
+      }
+    }
+    // Servers a test started in a folder of the instance (Azurite, fake-gcs-server) go with it.
+    for (const pid of extraPidFiles(layout.dir)) {
+      const record = readPidFile(pid);
+      if (record && isOurProcess(record)) {
+        log(`stopping ${record.name} (pid ${record.pid})`);
+        await stopDaemon(record, 5_000);
       }
     }
   }

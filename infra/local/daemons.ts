@@ -197,3 +197,32 @@ export async function waitUntil(check: () => Promise<boolean>, options: WaitOpti
     : "";
   throw new Error(`${options.what}: not ready after ${options.timeoutMs} ms${log}`, { cause: lastError });
 }
+
+/**
+ * Waits until a daemon just started answers `url` as `serving` says (default: any HTTP answer), or
+ * stops it and throws with its log's last lines: a server that never came up is not left running.
+ */
+export async function awaitServing(
+  record: PidRecord,
+  options: {
+    url: string;
+    what: string;
+    logFile: string;
+    timeoutMs?: number;
+    serving?: (answer: Response) => boolean;
+    stop: () => Promise<void>;
+  },
+): Promise<void> {
+  const serving = options.serving ?? (() => true);
+  try {
+    await waitUntil(async () => serving(await fetch(options.url, { signal: AbortSignal.timeout(2_000) })), {
+      what: options.what,
+      timeoutMs: options.timeoutMs ?? 30_000,
+      alive: () => isOurProcess(record),
+      logFile: options.logFile,
+    });
+  } catch (error) {
+    await options.stop();
+    throw error;
+  }
+}

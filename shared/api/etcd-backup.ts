@@ -59,13 +59,12 @@ export const ABSSourceSchema = Type.Object(
     path: Type.String({ minLength: 1, description: pathDescription("Azure container") }),
     absSecret: Type.String({
       minLength: 1,
-      description: "Secret with the storage account's credentials: keys storage-account and storage-key.",
+      description:
+        "Secret with the storage account's credentials: keys storage-account and storage-key, and " +
+        "storage-endpoint for Azure Stack or an emulator (default https://<account>.blob.core.windows.net).",
     }),
   },
-  {
-    description:
-      "Azure Blob Storage. Used when the storage type is ABS. Accepted for compatibility; not implemented.",
-  },
+  { description: "Azure Blob Storage. Used when the storage type is ABS." },
 );
 export type ABSSource = Static<typeof ABSSourceSchema>;
 
@@ -74,14 +73,20 @@ export const GCSSourceSchema = Type.Object(
     path: Type.String({ minLength: 1, description: pathDescription("GCS bucket") }),
     gcpSecret: Type.Optional(
       Type.String({
-        description: "Secret with a service account's key (key credentials.json) or an access token.",
+        description:
+          "Secret with a service account's key (key credentials.json) or an OAuth 2 access token (key " +
+          "access-token). Without it, the operator's own Google credentials are used (workload identity).",
+      }),
+    ),
+    endpoint: Type.Optional(
+      Type.String({
+        description:
+          "The storage API's URL, e.g. a private endpoint or an emulator. Empty means " +
+          "https://storage.googleapis.com. (An addition to the coreos API.)",
       }),
     ),
   },
-  {
-    description:
-      "Google Cloud Storage. Used when the storage type is GCS. Accepted for compatibility; not implemented.",
-  },
+  { description: "Google Cloud Storage. Used when the storage type is GCS." },
 );
 export type GCSSource = Static<typeof GCSSourceSchema>;
 

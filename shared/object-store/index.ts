@@ -1,18 +1,13 @@
 // Opens the object store an EtcdBackup or EtcdRestore names, with the credentials of its Secret.
-// The SDKs load on first use here, in every process: one that never backs up does not carry
-// @aws-sdk/client-s3 and ali-oss (the worker role's bundle: 10–11 MiB of RSS and 7 MiB of heap
+// The SDKs load on first use (storages.ts), in every process: one that never backs up does not
+// carry @aws-sdk/client-s3 and ali-oss (the worker role's bundle: 10–11 MiB of RSS and 7 MiB of heap
 // less). The backup worker used to load them at start so that a first backup would not pay for
 // them mid-stream; measured again (bench/backup.ts, 1.2 GiB, the first backup of the process
 // included), the worker's RSS grew by 8.4–40.9 MiB, well inside the 64 MiB budget.
-import type { BackupStorageType, OSSSource, S3Source } from "../api/etcd-backup.ts";
+import type { BackupStorageType } from "../api/etcd-backup.ts";
 import { isDnsSubdomain } from "../api/etcd-cluster.ts";
-import { ossCredentialsFromSecret, s3CredentialsFromSecret } from "./credentials.ts";
+import { type SectionName, STORAGES, type Storage, type StorageSections } from "./storages.ts";
 import { type ObjectStore, ObjectStoreError, splitBucketPath } from "./types.ts";
-
-export interface StorageSections {
-  s3?: S3Source;
-  oss?: OSSSource;
-}
 
 export interface OpenedStore {
   store: ObjectStore;
@@ -39,42 +34,34 @@ async function secretData(readSecret: SecretReader, name: string): Promise<Recor
   return data;
 }
 
+async function openWith<N extends SectionName>(
+  type: BackupStorageType,
+  storage: Storage<N>,
+  sections: StorageSections,
+  readSecret: SecretReader,
+): Promise<OpenedStore> {
+  const section = sections[storage.section];
+  if (!section) {
+    throw new ObjectStoreError("StoreError", `storage type ${type} needs its "${storage.section}" section`);
+  }
+  const { bucket, key } = splitBucketPath(section.path);
+  const name = storage.secretName(section);
+  if (name === undefined && !storage.secretOptional) {
+    throw new ObjectStoreError("InvalidCredentials", `${storage.section}.${storage.secretField} is required`);
+  }
+  const secret = name === undefined ? undefined : { name, data: await secretData(readSecret, name) };
+  return { store: await storage.open(section, bucket, secret), key };
+}
+
 export async function openStore(
   type: BackupStorageType,
   sections: StorageSections,
   readSecret: SecretReader,
 ): Promise<OpenedStore> {
-  if (type === "S3" && sections.s3) {
-    const { bucket, key } = splitBucketPath(sections.s3.path);
-    const credentials = s3CredentialsFromSecret(
-      sections.s3.awsSecret,
-      await secretData(readSecret, sections.s3.awsSecret),
-    );
-    const { openS3Store } = await import("./s3.ts");
-    const store = openS3Store({
-      bucket,
-      credentials,
-      endpoint: sections.s3.endpoint,
-      forcePathStyle: sections.s3.forcePathStyle,
-    });
-    return { store, key };
-  }
-  if (type === "OSS" && sections.oss) {
-    const { bucket, key } = splitBucketPath(sections.oss.path);
-    const credentials = ossCredentialsFromSecret(
-      sections.oss.ossSecret,
-      await secretData(readSecret, sections.oss.ossSecret),
-    );
-    const { openOssStore } = await import("./oss.ts");
-    return { store: openOssStore({ bucket, credentials, endpoint: sections.oss.endpoint }), key };
-  }
-  if (type === "ABS" || type === "GCS") {
-    throw new ObjectStoreError(
-      "StoreError",
-      `storage type ${type} is accepted for compatibility with coreos manifests but not implemented; use S3 (or an S3-compatible endpoint) or OSS`,
-    );
-  }
-  throw new ObjectStoreError("StoreError", `storage type ${type} needs its "${type.toLowerCase()}" section`);
+  const storage = STORAGES[type];
+  if (!storage) throw new ObjectStoreError("StoreError", `"${String(type)}" is not a storage type`);
+  return openWith(type, storage as Storage<SectionName>, sections, readSecret);
 }
 
+export type { StorageSections } from "./storages.ts";
 export { type ObjectStore, ObjectStoreError, splitBucketPath } from "./types.ts";

@@ -1,7 +1,8 @@
-// One small interface over the object stores backups go to (S3 and S3-compatible stores, Aliyun
-// OSS), so the backup and restore functions are written once. Every method streams: snapshots can
+// One small interface over the object stores backups go to (S3 and S3-compatible stores, Azure
+// Blob Storage, Google Cloud Storage, Aliyun OSS), so the backup and restore functions are written once. Every method streams: snapshots can
 // be many GiB and the worker's memory must stay flat.
 import type { Readable } from "node:stream";
+import type { BackupStorageType } from "../api/etcd-backup.ts";
 
 export interface StoredObject {
   key: string;
@@ -10,7 +11,7 @@ export interface StoredObject {
 }
 
 export interface ObjectStore {
-  readonly kind: "S3" | "OSS";
+  readonly kind: BackupStorageType;
   readonly bucket: string;
   /**
    * Streams body to key; resolves once the store has the whole object. `size`, when the caller

@@ -28,6 +28,30 @@ export async function createCluster(
   });
 }
 
+/** Deletes the EtcdCluster and waits until it and its member pods are gone. */
+export async function deleteCluster(
+  c: ClusterClients,
+  namespace: string,
+  name: string,
+  timeoutMs = 60_000,
+): Promise<void> {
+  await c.custom.deleteNamespacedCustomObject({
+    group: GROUP,
+    version: VERSION,
+    namespace,
+    plural: PLURAL,
+    name,
+  });
+  await waitFor(
+    `${name} and its pods to be gone`,
+    async () => {
+      const pods = await c.core.listNamespacedPod({ namespace, labelSelector: `etcd_cluster=${name}` });
+      return pods.items.length === 0 && !(await c.kube.getCluster(namespace, name)) ? true : undefined;
+    },
+    { timeoutMs, intervalMs: 300 },
+  );
+}
+
 export async function getCluster(c: ClusterClients, namespace: string, name: string): Promise<EtcdCluster> {
   const found = await c.kube.getCluster(namespace, name);
   if (!found) throw new Error(`EtcdCluster ${namespace}/${name} not found`);
@@ -99,9 +123,33 @@ export async function waitReady(
 }
 
 /** An etcd client for the cluster's members (close it). */
-export async function etcdClient(c: ClusterClients, namespace: string, name: string): Promise<Etcd3> {
+/** A client certificate for a cluster that serves clients over TLS, and the name its members' certificates carry. */
+export interface ClientTls {
+  ca: string;
+  cert: string;
+  key: string;
+  serverName: string;
+}
+
+export async function etcdClient(
+  c: ClusterClients,
+  namespace: string,
+  name: string,
+  tls?: ClientTls,
+): Promise<Etcd3> {
+  const hosts = await memberEndpoints(c, namespace, name);
+  if (!tls) return new Etcd3({ hosts, grpcOptions: { "grpc.use_local_subchannel_pool": 1 } });
   return new Etcd3({
-    hosts: await memberEndpoints(c, namespace, name),
-    grpcOptions: { "grpc.use_local_subchannel_pool": 1 },
+    hosts: hosts.map((h) => h.replace(/^http:/, "https:")),
+    credentials: {
+      rootCertificate: Buffer.from(tls.ca),
+      certChain: Buffer.from(tls.cert),
+      privateKey: Buffer.from(tls.key),
+    },
+    grpcOptions: {
+      "grpc.use_local_subchannel_pool": 1,
+      "grpc.ssl_target_name_override": tls.serverName,
+      "grpc.default_authority": tls.serverName,
+    },
   });
 }

@@ -1,21 +1,10 @@
-// Admission review of EtcdBackup and EtcdRestore: what their CRD schemas cannot express. The schemas
-// accept the four storage types coreos defined (S3, ABS, GCS, OSS) so old manifests still parse, but
-// this operator writes and reads S3 (and S3-compatible stores) and Alibaba OSS only; a backup that
-// could never run is refused when it is applied rather than failing later in a job.
+// Admission review of EtcdBackup and EtcdRestore: what their CRD schemas cannot express. The four
+// storage types coreos defined (S3, ABS, GCS, OSS) are described once in
+// shared/object-store/storages.ts: the section each needs, its Secret field and its bucket naming
+// rule. A backup that could never run is refused when it is applied rather than failing in a job.
 import { DNS1123_SUBDOMAIN_RE } from "../../../shared/api/etcd-cluster.ts";
+import { isStorageType, STORAGE_TYPES, STORAGES } from "../../../shared/object-store/storages.ts";
 import { canonicalJson, type Decision, decide, isRecord, type Json, recordAt, show } from "./decision.ts";
-
-export const IMPLEMENTED_STORAGE_TYPES = ["S3", "OSS"] as const;
-
-const STORES: Record<string, { section: string; secretField: string; what: string }> = {
-  S3: { section: "s3", secretField: "awsSecret", what: "S3 or an S3-compatible store" },
-  OSS: { section: "oss", secretField: "ossSecret", what: "Alibaba Cloud OSS" },
-  ABS: { section: "abs", secretField: "absSecret", what: "Azure Blob Storage" },
-  GCS: { section: "gcs", secretField: "gcpSecret", what: "Google Cloud Storage" },
-};
-
-/** S3 and OSS share the bucket naming rule: 3 to 63 lower-case letters, digits, "-" and ".". */
-const BUCKET_RE = /^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$/;
 
 function urlProblem(value: unknown, path: string): string | undefined {
   if (typeof value !== "string") return `${path} must be a URL string (got ${show(value)})`;
@@ -31,34 +20,34 @@ function urlProblem(value: unknown, path: string): string | undefined {
 /** Problems with the storage a backup is written to or a restore reads from. */
 export function storageProblems(spec: Json | undefined, typeField: string): string[] {
   const type = spec?.[typeField];
-  const implemented = IMPLEMENTED_STORAGE_TYPES.join(" or ");
-  if (typeof type !== "string" || type === "") return [`spec.${typeField} is required: use ${implemented}`];
-  const store = STORES[type];
-  if (!store) return [`spec.${typeField} ${show(type)} is not a storage type: use ${implemented}`];
-  if (!(IMPLEMENTED_STORAGE_TYPES as readonly string[]).includes(type)) {
-    return [
-      `spec.${typeField} ${show(type)} (${store.what}) is accepted by the API for compatibility with coreos ` +
-        `manifests, but this operator cannot store backups there: use ${implemented}`,
-    ];
-  }
+  const types = STORAGE_TYPES.join(", ");
+  if (typeof type !== "string" || type === "") return [`spec.${typeField} is required: one of ${types}`];
+  if (!isStorageType(type))
+    return [`spec.${typeField} ${show(type)} is not a storage type: use one of ${types}`];
+  const store = STORAGES[type];
   const section = recordAt(spec, store.section);
   const at = `spec.${store.section}`;
   if (!section) return [`spec.${typeField} ${type} needs the section ${at} (path and ${store.secretField})`];
   const problems: string[] = [];
   const path = section.path;
   const slash = typeof path === "string" ? path.indexOf("/") : -1;
+  const word = store.bucketWord;
   if (typeof path !== "string" || slash <= 0 || slash === path.length - 1) {
     problems.push(
-      `${at}.path ${show(path)} must be "<bucket>/<path-to-backup>", e.g. "mybucket/etcd.backup"`,
+      `${at}.path ${show(path)} must be "<${word}>/<path-to-backup>", e.g. "my${word}/etcd.backup"`,
     );
-  } else if (!BUCKET_RE.test(path.slice(0, slash))) {
+  } else if (!store.bucketPattern.test(path.slice(0, slash))) {
     problems.push(
-      `${at}.path ${show(path)} starts with an invalid bucket name ${show(path.slice(0, slash))}: ` +
-        'bucket names are 3 to 63 lower-case letters, digits, "-" and "."',
+      `${at}.path ${show(path)} starts with an invalid ${word} name ${show(path.slice(0, slash))}: ` +
+        store.bucketRule,
     );
   }
   const secret = section[store.secretField];
-  if (typeof secret !== "string" || secret.length > 253 || !new RegExp(DNS1123_SUBDOMAIN_RE).test(secret)) {
+  const secretMissing = secret === undefined || secret === "";
+  if (
+    !(secretMissing && store.secretOptional) &&
+    (typeof secret !== "string" || secret.length > 253 || !new RegExp(DNS1123_SUBDOMAIN_RE).test(secret))
+  ) {
     problems.push(
       `${at}.${store.secretField} ${show(secret)} must name a Secret in this namespace (lower-case letters, digits, "-" and ".")`,
     );
@@ -78,7 +67,7 @@ export interface ObjectReviewInput {
 
 export function reviewEtcdBackup(input: ObjectReviewInput): Decision {
   const spec = recordAt(input.object, "spec");
-  if (!spec) return decide(["spec is required: give storageType and its section (s3 or oss)"]);
+  if (!spec) return decide(["spec is required: give storageType and its section (s3, abs, gcs or oss)"]);
   const problems = storageProblems(spec, "storageType");
   const warnings: string[] = [];
   const endpoints = spec.etcdEndpoints;
