@@ -2,6 +2,7 @@
 // ABS Secret). A backup is a block blob written by uploadStream: blocks of BLOCK_SIZE, at most
 // CONCURRENCY of them in memory and in flight, committed once the stream ends, so a multi-GiB
 // snapshot costs a bounded amount of memory and nothing is visible under the name before the commit.
+// (Four 8 MiB blocks grew the worker by up to 78 MiB per 1.2 GiB backup, over the 64 MiB budget.)
 import type { Readable } from "node:stream";
 import {
   type BlobDownloadResponseParsed,
@@ -12,8 +13,8 @@ import {
 import type { AbsCredentials } from "./credentials.ts";
 import { isNetworkError, type ObjectStore, ObjectStoreError, type StoredObject } from "./types.ts";
 
-const BLOCK_SIZE = 8 * 1024 * 1024;
-const CONCURRENCY = 4;
+const BLOCK_SIZE = 4 * 1024 * 1024;
+const CONCURRENCY = 3;
 
 export interface AbsStoreOptions {
   container: string;

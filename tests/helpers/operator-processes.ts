@@ -1,9 +1,10 @@
 // Runs operator roles as real child processes for end-to-end tests, so a test can SIGKILL a
 // worker mid-step exactly as a node failure would.
 import { type ChildProcess, spawn } from "node:child_process";
-import { mkdirSync, openSync, readFileSync } from "node:fs";
+import { mkdirSync, openSync, readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import type { LocalCluster } from "../../infra/local/control-plane.ts";
+import type { PidRecord } from "../../infra/local/daemons.ts";
 
 import { OPERATOR_ENV, OPERATOR_NODE_FLAGS } from "../../infra/operator.ts";
 
@@ -66,6 +67,11 @@ export function startOperatorProcess(
     env: operatorEnv(cluster, extra),
     stdio: ["ignore", out, out],
   });
+  // Beside its log, so that the instance's cleanup stops a process a killed test left running.
+  if (child.pid !== undefined) {
+    const record: PidRecord = { pid: child.pid, command: process.execPath, name: `operator ${role}` };
+    writeFileSync(logFile.replace(/\.log$/, ".pid"), JSON.stringify(record));
+  }
   return {
     role,
     child,
