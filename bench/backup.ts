@@ -516,7 +516,9 @@ try {
       abs: "Azure Blob Storage (Azurite)",
       gcs: "Google Cloud Storage (fake-gcs-server)",
     }[storeKind];
-    const shape = values.gib === "1" && size === 3 ? "" : `${values.gib} GiB, size ${size}`;
+    const shape = [values.gib === "1" ? "" : `${values.gib} GiB`, size === 3 ? "" : `size ${size}`]
+      .filter(Boolean)
+      .join(", ");
     const variant = [store, shape].filter(Boolean).join(", ");
     const file = storeKind === "s3" ? "backup" : `backup-${storeKind}`;
     progress(`saved ${saveResults(file, "backup", variant, results)}`);

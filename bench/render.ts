@@ -68,6 +68,17 @@ function table(file: ResultsFile): string[] {
     ];
   });
   if (first.length > 0) lines.push("", `First action: ${first.join("; ")}.`);
+  // What the store alone allowed: the same bytes uploaded from a local file, no etcd involved.
+  for (const r of file.results) {
+    const bound = r.bound as { seconds?: Partial<Spread>; backupOverStore?: number } | undefined;
+    const b = bound?.seconds;
+    if (b?.median === undefined || b.min === undefined || b.max === undefined) continue;
+    lines.push(
+      "",
+      `The store alone (the same bytes from a local file, no etcd): ${seconds(b.median)} s ` +
+        `(${seconds(b.min)}–${seconds(b.max)}); ${scenarioName(r)} took ${bound?.backupOverStore}× that.`,
+    );
+  }
   return lines;
 }
 

@@ -104,11 +104,16 @@ t.test("the chart draws one bar per ratio, coloured by its goal", async (t) => {
       dirty: false,
       machine,
       finishedAt: "2026-01-01T00:00:00.000Z",
-      results: [ratio("create", 0.9), ratio("heal", 1.6)],
+      results: [ratio("create", 0.9), ratio("heal", 1.6), ratio("heal", 12)],
     },
   ]);
   t.match(svg, /^<svg /, "an SVG");
-  t.equal(svg.match(/<rect x=/g)?.length, 2, "two bars");
+  t.equal(svg.match(/<rect x=/g)?.length, 3, "three bars");
+  t.match(
+    svg,
+    /<rect x="500" y="\d+" width="420" [^>]*\/>\n[^\n]*\n<text[^>]*>▶ 12</,
+    "a ratio past the axis stops at its edge, labelled",
+  );
   t.match(svg, "convergence (3 real nodes): create");
   t.match(svg, /fill="#2e7d32"[^\n]*\n[^\n]*\n<text[^>]*>0\.9</, "the met ratio in green");
   t.match(svg, /fill="#c62828"[^\n]*\n[^\n]*\n<text[^>]*>1\.6</, "the missed one in red");
