@@ -11,7 +11,6 @@ import { GetObjectCommand, ListObjectsV2Command, type S3Client } from "@aws-sdk/
 import t from "tap";
 import { startOssServer } from "../infra/local/oss-server.ts";
 import { newestPatchOf } from "../shared/etcd-versions.ts";
-import { openS3Store } from "../shared/object-store/s3.ts";
 import {
   type BackupTestContext,
   type BadBackup,
@@ -20,7 +19,7 @@ import {
   periodicKeepsNewest,
   refusedRestoresTouchNothing,
   roundTrip,
-  type SuiteStore,
+  s3SuiteStore,
 } from "./helpers/backup-suite.ts";
 import { awsSecretData, createSecret, startClusterWithStore } from "./helpers/backups.ts";
 import { type OperatorProcess, startOperatorProcess } from "./helpers/operator-processes.ts";
@@ -65,30 +64,10 @@ t.teardown(async () => {
 
 const ctx: BackupTestContext = { c, ns: NS, keys: KEYS, version: V36 };
 
-const s3Suite: SuiteStore = {
-  storageType: "S3",
-  sectionName: "s3",
-  section: (path) => s3Section(path),
-  store: openS3Store({
-    bucket: S3_BUCKET,
-    endpoint: s3Store.endpoint,
-    forcePathStyle: true,
-    credentials: {
-      accessKeyId: s3Store.accessKeyId,
-      secretAccessKey: s3Store.secretAccessKey,
-      region: s3Store.region,
-    },
-  }),
-};
+const s3Suite = s3SuiteStore(s3Store, S3_BUCKET);
 t.teardown(() => s3Suite.store.close());
 
-const s3Section = (path: string, extra: object = {}) => ({
-  path: `${S3_BUCKET}/${path}`,
-  awsSecret: "aws",
-  endpoint: s3Store.endpoint,
-  forcePathStyle: true,
-  ...extra,
-});
+const s3Section = (path: string, extra: object = {}) => ({ ...s3Suite.section(path), ...extra });
 const ossSection = (path: string) => ({
   path: `${OSS_BUCKET}/${path}`,
   ossSecret: "oss",

@@ -8,7 +8,14 @@ import { Etcd3 } from "etcd3";
 import t from "tap";
 import { newestPatchOf } from "../shared/etcd-versions.ts";
 import { createCertificateAuthority, issueCertificate } from "../shared/pki.ts";
-import { type BackupTestContext, roundTrip } from "./helpers/backup-suite.ts";
+import {
+  type BackupTestContext,
+  everyMemberLostRestored,
+  refusedRestoresTouchNothing,
+  roundTrip,
+  s3SuiteStore,
+  under,
+} from "./helpers/backup-suite.ts";
 import {
   awsSecretData,
   createBackup,
@@ -110,32 +117,38 @@ t.test("a TLS cluster is backed up with the client certificate of clientTLSSecre
   t.match(wrong.reason ?? "", /spec\.clientTLSSecret.*does not allow client authentication/);
 });
 
-t.test(
-  "a TLS cluster deleted is restored from its backup and serves TLS with the same secrets",
-  async (t) => {
-    const tls = {
+// The backup suite on a TLS cluster: its keys are written and read with a client certificate,
+// its backups taken with clientTLSSecret.
+const ctx: BackupTestContext = {
+  c,
+  ns: NS,
+  keys: 10_000,
+  version: newestPatchOf("3.6") ?? "",
+  tls: {
+    ca: ca.cert,
+    cert: backupClient.cert,
+    key: backupClient.key,
+    serverName: `${NAME}-client.${NS}.svc`,
+  },
+  clusterSpec: {
+    TLS: {
       static: {
         member: { peerSecret: "vault-peer", serverSecret: "vault-server" },
         operatorSecret: "vault-operator",
       },
-    };
-    const ctx: BackupTestContext = {
-      c,
-      ns: NS,
-      keys: 10_000,
-      version: newestPatchOf("3.6") ?? "",
-      tls: {
-        ca: ca.cert,
-        cert: backupClient.cert,
-        key: backupClient.key,
-        serverName: `${NAME}-client.${NS}.svc`,
-      },
-      clusterSpec: { TLS: tls },
-      backupSpec: { clientTLSSecret: "vault-backup" },
-    };
+    },
+  },
+  backupSpec: { clientTLSSecret: "vault-backup" },
+};
+const suite = s3SuiteStore(store, "backups");
+t.teardown(() => suite.store.close());
+
+t.test(
+  "a TLS cluster deleted is restored from its backup and serves TLS with the same secrets",
+  async (t) => {
     // The round trip's cluster has the name the certificates were issued for.
     await deleteCluster(c, NS, NAME);
-    await roundTrip(ctx, t, NAME, 3, { storageType: "S3", sectionName: "s3", section: s3("round-trip").s3 });
+    await roundTrip(ctx, t, NAME, 3, under(suite, `${NAME}/etcd.backup`));
     const pods = (await c.core.listNamespacedPod({ namespace: NS, labelSelector: `etcd_cluster=${NAME}` }))
       .items;
     const etcdArgs = pods.map((p) =>
@@ -164,4 +177,12 @@ t.test(
     plain.close();
     t.ok(refused, "a client without TLS gets nothing from the restored cluster");
   },
+);
+
+t.test("a TLS cluster's corrupt, truncated or foreign backup is refused and the cluster untouched", (t) =>
+  refusedRestoresTouchNothing(ctx, t, suite, NAME, false),
+);
+
+t.test("a TLS cluster whose every member is lost comes back from its newest backup, over TLS", (t) =>
+  everyMemberLostRestored(ctx, t, NAME, 3),
 );

@@ -90,6 +90,9 @@ export interface Assets {
 
 export type AssetKind = "kubernetes" | "etcd" | "versitygw" | "fake-gcs" | "node" | "coredns";
 
+/** What running the operator locally needs (the demo): every kind but the tests' own GCS server. */
+export const RUNTIME_ASSETS: AssetKind[] = ["kubernetes", "etcd", "versitygw", "node", "coredns"];
+
 export interface EnsureOptions {
   /** Progress lines; default writes them to stderr. */
   log?: (line: string) => void;
@@ -820,7 +823,8 @@ async function check(): Promise<number> {
 
 async function main(argv: string[]): Promise<number> {
   if (argv.includes("--check")) return check();
-  const assets = await ensureAssets();
+  // --runtime: what the demo needs, without the servers only the tests use.
+  const assets = await ensureAssets(argv.includes("--runtime") ? { only: RUNTIME_ASSETS } : {});
   console.log(JSON.stringify(assets, null, 2));
   return 0;
 }

@@ -24,7 +24,7 @@ import { httpStatusOf } from "../../shared/kube-errors.ts";
 import { createLogger } from "../../shared/log.ts";
 import { installCrds } from "../crds.ts";
 import { type RunningOperator, startOperator } from "../operator.ts";
-import { ensureAssets, newestEtcd } from "./assets.ts";
+import { ensureAssets, newestEtcd, RUNTIME_ASSETS } from "./assets.ts";
 import {
   DEMO_TRIGGER_ACCOUNT,
   type DemoTarget,
@@ -83,7 +83,7 @@ const early = () => {
 process.on("SIGINT", early);
 process.on("SIGTERM", early);
 
-const assets = await ensureAssets({ log: say });
+const assets = await ensureAssets({ only: RUNTIME_ASSETS, log: say });
 const kubeconfigEnv = process.env.KUBECONFIG;
 let target: DemoTarget;
 try {

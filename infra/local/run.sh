@@ -4,7 +4,7 @@
 #   run.sh test [tap args]   type-check, lint, and all tests against the local control plane
 #   run.sh demo [--real-nodes]  the local control plane with an example, until Ctrl-C
 #   run.sh local up|down|status [--name N]
-#   run.sh assets [--check]  build (or check) the pinned kube/etcd/versitygw binaries
+#   run.sh assets [--check] [--runtime]  build (or check) the pinned binaries (--runtime: not the test-only ones)
 #   run.sh image [--rebuild-bases]  build the operator's image from the Dockerfile (buildah)
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -19,7 +19,7 @@ case "$cmd" in
     ensure_test_packages
     ensure_image_packages
     ensure_node_packages
-    step "binaries (kube-apiserver, kube-controller-manager, kubectl, etcd 3.5/3.6/3.7, versitygw, kubelet, kube-proxy, kube-scheduler, pause, CoreDNS; cached in $EOP_CACHE)"
+    step "binaries (kube-apiserver, kube-controller-manager, kubectl, etcd 3.5/3.6/3.7, versitygw, fake-gcs-server, kubelet, kube-proxy, kube-scheduler, pause, CoreDNS; cached in $EOP_CACHE)"
     node infra/local/assets.ts >/dev/null
     step "type-check (tsc --noEmit)"
     npx tsc --noEmit
@@ -42,7 +42,7 @@ case "$cmd" in
     ;;
   demo)
     if [[ "$*" == *--real-nodes* ]]; then ensure_image_packages; ensure_node_packages; fi
-    node infra/local/assets.ts >/dev/null
+    node infra/local/assets.ts --runtime >/dev/null
     exec node infra/local/demo.ts "$@"
     ;;
   local)

@@ -10,6 +10,7 @@ import { waitFor } from "../../infra/local/kube-wait.ts";
 import { BACKUP_PLURAL, type BackupStorageType } from "../../shared/api/etcd-backup.ts";
 import { RESTORE_ANNOTATION } from "../../shared/api/etcd-cluster.ts";
 import { RESTORE_PLURAL } from "../../shared/api/etcd-restore.ts";
+import { openS3Store } from "../../shared/object-store/s3.ts";
 import type { ObjectStore } from "../../shared/object-store/types.ts";
 import {
   createBackup,
@@ -59,6 +60,30 @@ export interface SuiteStore {
   section(path: string): object;
   /** To look at what the operator wrote and to plant objects. */
   store: ObjectStore;
+}
+
+/** The local S3 store as the suite uses it: sections naming `<bucket>/<path>` with the Secret `secret`. */
+export function s3SuiteStore(
+  s3: { endpoint: string; accessKeyId: string; secretAccessKey: string; region: string },
+  bucket: string,
+  secret = "aws",
+): SuiteStore {
+  return {
+    storageType: "S3",
+    sectionName: "s3",
+    section: (path) => ({
+      path: `${bucket}/${path}`,
+      awsSecret: secret,
+      endpoint: s3.endpoint,
+      forcePathStyle: true,
+    }),
+    store: openS3Store({
+      bucket,
+      endpoint: s3.endpoint,
+      forcePathStyle: true,
+      credentials: { accessKeyId: s3.accessKeyId, secretAccessKey: s3.secretAccessKey, region: s3.region },
+    }),
+  };
 }
 
 export function under(s: SuiteStore, path: string): StorageUnderTest {
