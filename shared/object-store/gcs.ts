@@ -1,6 +1,10 @@
-// Google Cloud Storage through @google-cloud/storage. A backup is a resumable upload: the stream is
-// sent in CHUNK_SIZE pieces, one in memory at a time, and the object appears under its name only
-// when the last piece is in, checked against the MD5 the store computed. Credentials are coreos's
+// Google Cloud Storage through @google-cloud/storage. A backup is a resumable upload sent as one
+// streamed request (no chunk size: Google's advice unless a request must be bounded), holding only
+// the buffer in flight; after a broken connection the SDK asks the store how far it got and
+// resumes, or fails rather than skip bytes. The object appears under its name only when the whole
+// stream is in, checked against the MD5 the store computed. (Chunks of 8 MiB were tried first: each
+// chunk is a request the store answers before the next, and the local GCS server re-hashes the
+// whole upload per chunk, so a 1.2 GiB backup did not finish in 5 minutes.) Credentials are coreos's
 // GCS Secret (a service account key or an access token), or without a Secret the SDK's default
 // application credentials (workload identity, the metadata server).
 import type { Readable } from "node:stream";
@@ -8,8 +12,6 @@ import { ApiError, Storage, type StorageOptions } from "@google-cloud/storage";
 import { OAuth2Client } from "google-auth-library";
 import type { GcsCredentials } from "./credentials.ts";
 import { isNetworkError, type ObjectStore, ObjectStoreError, type StoredObject } from "./types.ts";
-
-const CHUNK_SIZE = 8 * 1024 * 1024;
 
 export interface GcsStoreOptions {
   bucket: string;
@@ -91,7 +93,6 @@ export function openGcsStore(options: GcsStoreOptions): ObjectStore {
     async upload(key, body: Readable) {
       const sink = bucket.file(key).createWriteStream({
         resumable: true,
-        chunkSize: CHUNK_SIZE,
         contentType: "application/octet-stream",
         validation: "md5",
       });
