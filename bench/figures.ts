@@ -35,7 +35,7 @@ export type Row = RatioRow | GoalRow;
 
 type Result = Record<string, unknown>;
 
-function isSpread(value: unknown): value is Spread {
+export function isSpread(value: unknown): value is Spread {
   return (
     typeof value === "object" &&
     value !== null &&
@@ -46,7 +46,7 @@ function isSpread(value: unknown): value is Spread {
 const field = (value: unknown, key: string): unknown =>
   typeof value === "object" && value !== null ? (value as Record<string, unknown>)[key] : undefined;
 const num = (value: unknown): number | undefined => (typeof value === "number" ? value : undefined);
-const scaled = (s: Spread, by: number): Spread => ({
+export const scaled = (s: Spread, by: number): Spread => ({
   median: s.median * by,
   min: s.min * by,
   max: s.max * by,

@@ -28,7 +28,12 @@ import {
   VERSION_ANNOTATION,
 } from "../shared/member-pods.ts";
 import { clientTlsOn, problemKey, TLS_HASH_ANNOTATION } from "../shared/member-tls.ts";
-import { loadClusterTls, type MemberTlsMaterial, type OperatorTlsSource } from "../shared/tls-secrets.ts";
+import {
+  loadClusterTls,
+  type MemberTlsMaterial,
+  memberMaterial,
+  type OperatorTlsSource,
+} from "../shared/tls-secrets.ts";
 import { addMember, createMemberPod } from "./add-member.ts";
 import { drainOldLog } from "./drain-old-log.ts";
 import { enableDowngrade } from "./enable-downgrade.ts";
@@ -512,9 +517,7 @@ export async function reconcile(input: ReconcileInput, deps: StepDeps): Promise<
       });
       return { kind: "blocked", reason: "InvalidTLSSecret", problems: tls.problems, requeueAfterMs: 10_000 };
     }
-    // `TLS: {static: {}}` names no member Secret: members speak plain, and nothing is rotated.
-    const { member } = tls.value;
-    memberTls = member.peer || member.server ? member : undefined;
+    memberTls = memberMaterial(tls.value);
     if (tls.value.client) stepDeps = { ...deps, etcd: { ...deps.etcd, tls: tls.value.client } };
     operatorTls = tls.value.operatorSource;
   }

@@ -42,7 +42,7 @@ import {
 } from "../shared/member-pods.ts";
 import { clientTlsOn, createMemberPodWithTls, memberPeerURL, withMemberTls } from "../shared/member-tls.ts";
 import { type ObjectStore, ObjectStoreError, openStore } from "../shared/object-store/index.ts";
-import { STORAGES } from "../shared/object-store/storages.ts";
+import { sectionOf } from "../shared/object-store/storages.ts";
 import { type RestoreSource, restoreSeedPod } from "../shared/restore-pods.ts";
 import {
   badBackup,
@@ -54,7 +54,7 @@ import {
   waitingAtStartGate,
 } from "../shared/restore-seeds.ts";
 import { SnapshotChecksums } from "../shared/snapshot-digest.ts";
-import { loadClusterTls, type MemberTlsMaterial } from "../shared/tls-secrets.ts";
+import { loadClusterTls, type MemberTlsMaterial, memberMaterial } from "../shared/tls-secrets.ts";
 import { type BackupMetadata, META_SUFFIX, restoreCandidate } from "./backup-objects.ts";
 
 /** A seed member that does not serve within this time fails the restore. */
@@ -193,12 +193,10 @@ function bucketPath(path: string): string {
 
 function seedSource(restore: EtcdRestore, status: EtcdRestoreStatus): RestoreSource {
   const type = restore.spec.backupStorageType;
-  const section = restore.spec[STORAGES[type].section] ?? {};
   return {
     storageType: type,
     // The section as the restore gives it (endpoint, Secret name), naming the very object found.
-    section: { ...section, path: bucketPath(status.backupPath ?? "") },
-    secretName: STORAGES[type].secretName(section as never),
+    section: { ...sectionOf(type, restore.spec), path: bucketPath(status.backupPath ?? "") },
     sha256: status.sha256,
     crc32: status.crc32,
     // The size is checked only with the SHA-256 it was recorded with (the listing's is not a record).
@@ -387,8 +385,7 @@ export async function restoreStep(restore: EtcdRestore, deps: RestoreDeps): Prom
       if (status.reason !== message) await deps.kube.patchRestoreStatus(restore, { reason: message });
       return { done: false, requeueAfterMs: WAIT_MS };
     }
-    const { member } = tls.value;
-    memberTls = member.peer || member.server ? member : undefined;
+    memberTls = memberMaterial(tls.value);
     if (tls.value.client) etcd = { ...deps.etcd, tls: tls.value.client };
   }
   const uid = restore.metadata?.uid ?? "";
@@ -583,8 +580,8 @@ export async function restoreStep(restore: EtcdRestore, deps: RestoreDeps): Prom
   );
   const quorum = Math.floor(plan.initialCluster.length / 2) + 1;
   let revision: number | undefined;
+  const scheme = clientTlsOn(spec) ? "https" : "http";
   for (const pod of serving.length >= quorum ? serving : []) {
-    const scheme = clientTlsOn(spec) ? "https" : "http";
     revision = await servingRevision(`${scheme}://${pod.status?.podIP}:${CLIENT_PORT}`, etcd);
     if (revision !== undefined) break;
   }

@@ -21,6 +21,7 @@ import type {
 } from "@kubernetes/client-node";
 import type { BackupStorageType } from "./api/etcd-backup.ts";
 import { DATA_DIR } from "./member-pods.ts";
+import { secretOf } from "./object-store/storages.ts";
 import { SECRET_DIR, SNAPSHOT_FILE, STAGING_DATA_DIR } from "./restore-paths.ts";
 
 const SECRET_VOLUME = "backup-secret";
@@ -88,8 +89,6 @@ export interface RestoreSource {
    * restore ("<bucket>/<key>"); the fetch container opens the store from it as the operator does.
    */
   section: Record<string, unknown>;
-  /** The Secret the section names; undefined when the storage runs without one (GCS). */
-  secretName: string | undefined;
   /**
    * Checked by the fetch container when the backup's metadata recorded it: the CRC-32 when there
    * is one (cheaper), else the SHA-256, else etcd's trailer.
@@ -152,6 +151,7 @@ function fetchContainer(
         : [dataMount],
     };
   }
+  const secret = secretOf(source.storageType, source.section);
   return {
     name: FETCH_CONTAINER,
     image: operatorImage,
@@ -160,13 +160,13 @@ function fetchContainer(
     env: env({
       STORAGE_TYPE: source.storageType,
       STORAGE_SECTION: JSON.stringify(source.section),
-      SECRET_DIR: source.secretName === undefined ? undefined : SECRET_DIR,
+      SECRET_DIR: secret === undefined ? undefined : SECRET_DIR,
       EXPECT_SHA256: source.sha256,
       EXPECT_CRC32: source.crc32,
       EXPECT_SIZE: source.size === undefined ? undefined : String(source.size),
     }),
     volumeMounts:
-      source.secretName === undefined
+      secret === undefined
         ? [dataMount]
         : [dataMount, { name: SECRET_VOLUME, mountPath: SECRET_DIR, readOnly: true }],
   };
@@ -219,11 +219,13 @@ export function restoreSeedPod(input: RestoreSeedInput): V1Pod {
         },
       ]
     : [];
+  const storeSecret =
+    source.storageType === "Member" ? undefined : secretOf(source.storageType, source.section);
   const secretVolumes =
     source.storageType !== "Member"
-      ? source.secretName === undefined
+      ? storeSecret === undefined
         ? []
-        : [{ name: SECRET_VOLUME, secret: { secretName: source.secretName } }]
+        : [{ name: SECRET_VOLUME, secret: { secretName: storeSecret } }]
       : source.tls
         ? [
             {

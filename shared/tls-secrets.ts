@@ -236,6 +236,14 @@ export interface ClusterTls {
   operatorSource?: OperatorTlsSource;
 }
 
+/**
+ * What member pods get: the checked material, or undefined when the Secrets name no member
+ * certificate (`TLS: {static: {}}`: members speak plain, and nothing is rotated).
+ */
+export function memberMaterial(tls: ClusterTls): MemberTlsMaterial | undefined {
+  return tls.member.peer || tls.member.server ? tls.member : undefined;
+}
+
 /** Digest of the member material; changes exactly when a Secret's used content changes. */
 export function tlsHash(peer: CertKeyCa | undefined, server: CertKeyCa | undefined): string {
   const digest = createHash("sha256");

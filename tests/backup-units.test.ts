@@ -303,7 +303,6 @@ t.test("the restore seed pod restores before etcd starts, with credentials as a 
     source: {
       storageType: "S3",
       section: { path: "bucket/key", awsSecret: "aws", endpoint: "http://10.0.0.1:9000" },
-      secretName: "aws",
       sha256: "ab",
       crc32: "0badf00d",
       size: 1234,
@@ -362,7 +361,6 @@ t.test(
       source: {
         storageType: "S3" as const,
         section: { path: "bucket/key", awsSecret: "aws" },
-        secretName: "aws",
         sha256: "ab",
         size: 4096,
       },
@@ -405,7 +403,7 @@ t.test("every step of a restored seed runs as the user etcd runs as", async (t) 
         metadata: { name: "c-abc" },
         spec: { containers: [{ name: "etcd", image: "etcd:v3.6.16" }], securityContext },
       },
-      source: { storageType: "S3", section: { path: "bucket/key", awsSecret: "aws" }, secretName: "aws" },
+      source: { storageType: "S3", section: { path: "bucket/key", awsSecret: "aws" } },
       operatorImage: "example/etcd-operator:v1",
       etcdImage: "quay.io/coreos/etcd:v3.6.16",
       memberName: "c-abc",
@@ -451,7 +449,7 @@ t.test("seed members restored at once share the new cluster's whole membership",
   }));
   const pod = restoreSeedPod({
     pod: { metadata: { name: "c-b" }, spec: { containers: [{ name: "etcd", image: "etcd:v3.6.16" }] } },
-    source: { storageType: "S3", section: { path: "bucket/key", awsSecret: "aws" }, secretName: "aws" },
+    source: { storageType: "S3", section: { path: "bucket/key", awsSecret: "aws" } },
     operatorImage: "example/etcd-operator:v1",
     etcdImage: "quay.io/coreos/etcd:v3.6.16",
     memberName: "c-b",

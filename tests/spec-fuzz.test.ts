@@ -84,7 +84,6 @@ t.test(
         source: {
           storageType: "S3",
           section: { path: `bucket/${payload}`, awsSecret: payload, endpoint: payload },
-          secretName: payload,
           sha256: payload,
         },
         operatorImage: "op",

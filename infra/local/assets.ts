@@ -605,20 +605,8 @@ const VERSITYGW_MODULE = "github.com/versity/versitygw";
 
 async function buildVersitygw(ctx: BuildContext): Promise<void> {
   const version = `v${VERSITYGW_VERSION}`;
-  await writeFile(
-    join(ctx.moduleDir, "go.mod"),
-    [
-      `module eop.local/${versitygwName()}`,
-      "",
-      "go 1.25.0",
-      "",
-      `require ${VERSITYGW_MODULE} ${version}`,
-      "",
-    ].join("\n"),
-  );
   const main = `${VERSITYGW_MODULE}/cmd/versitygw`;
-  await writeFile(join(ctx.moduleDir, "tools.go"), toolsGo([main]));
-  await runGo(ctx, "resolving modules (go mod tidy)", ["mod", "tidy"]);
+  await wrapperModule(ctx, versitygwName(), `${VERSITYGW_MODULE} ${version}`, [main]);
   await runGo(ctx, "building versitygw", [
     ...["build", "-trimpath", "-buildvcs=false", "-ldflags"],
     `-s -w -X main.Version=${version} -X main.Build=module -X main.BuildTime=none`,
@@ -634,23 +622,22 @@ async function buildVersitygw(ctx: BuildContext): Promise<void> {
 const FAKE_GCS_MODULE = "github.com/fsouza/fake-gcs-server";
 
 async function buildFakeGcs(ctx: BuildContext): Promise<void> {
-  await writeFile(
-    join(ctx.moduleDir, "go.mod"),
-    [
-      `module eop.local/${fakeGcsName()}`,
-      "",
-      "go 1.25.0",
-      "",
-      `require ${FAKE_GCS_MODULE} v${FAKE_GCS_VERSION}`,
-      "",
-    ].join("\n"),
-  );
-  await writeFile(join(ctx.moduleDir, "tools.go"), toolsGo([FAKE_GCS_MODULE]));
-  await runGo(ctx, "resolving modules (go mod tidy)", ["mod", "tidy"]);
+  await wrapperModule(ctx, fakeGcsName(), `${FAKE_GCS_MODULE} v${FAKE_GCS_VERSION}`, [FAKE_GCS_MODULE]);
   await runGo(ctx, "building fake-gcs-server", [
     ...["build", "-trimpath", "-buildvcs=false", "-ldflags", "-s -w"],
     ...["-o", join(ctx.outDir, "fake-gcs-server"), FAKE_GCS_MODULE],
   ]);
+}
+
+/**
+ * A wrapper module that requires one released module (`require`: "<module> <version>") and keeps the
+ * command packages to build, resolved with \`go mod tidy\`.
+ */
+async function wrapperModule(ctx: BuildContext, name: string, require: string, commands: string[]) {
+  const goMod = [`module eop.local/${name}`, "", "go 1.25.0", "", `require ${require}`, ""].join("\n");
+  await writeFile(join(ctx.moduleDir, "go.mod"), goMod);
+  await writeFile(join(ctx.moduleDir, "tools.go"), toolsGo(commands));
+  await runGo(ctx, "resolving modules (go mod tidy)", ["mod", "tidy"]);
 }
 
 /** A file that only exists so \`go mod tidy\` keeps the command packages' modules required. */

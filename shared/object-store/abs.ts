@@ -11,7 +11,14 @@ import {
   StorageSharedKeyCredential,
 } from "@azure/storage-blob";
 import type { AbsCredentials } from "./credentials.ts";
-import { isNetworkError, type ObjectStore, ObjectStoreError, type StoredObject } from "./types.ts";
+import {
+  errorLine,
+  isNetworkError,
+  type ObjectStore,
+  ObjectStoreError,
+  type StoredObject,
+  unreachable,
+} from "./types.ts";
 
 const BLOCK_SIZE = 4 * 1024 * 1024;
 const CONCURRENCY = 3;
@@ -19,10 +26,6 @@ const CONCURRENCY = 3;
 export interface AbsStoreOptions {
   container: string;
   credentials: AbsCredentials;
-}
-
-function firstLine(error: unknown): string {
-  return error instanceof Error ? (error.message.split("\n")[0] ?? "") : String(error);
 }
 
 function explain(error: unknown, where: string): ObjectStoreError {
@@ -50,19 +53,13 @@ function explain(error: unknown, where: string): ObjectStoreError {
       );
     if (error.statusCode === 403)
       return new ObjectStoreError("AccessDenied", `${where}: access denied`, { cause: error });
-    if (isNetworkError(error) || error.statusCode === undefined)
-      return new ObjectStoreError("Unreachable", `${where}: the store is unreachable (${firstLine(error)})`, {
-        cause: error,
-      });
-    return new ObjectStoreError("StoreError", `${where}: ${code || error.statusCode}: ${firstLine(error)}`, {
+    if (isNetworkError(error) || error.statusCode === undefined) return unreachable(where, error);
+    return new ObjectStoreError("StoreError", `${where}: ${code || error.statusCode}: ${errorLine(error)}`, {
       cause: error,
     });
   }
-  if (isNetworkError(error))
-    return new ObjectStoreError("Unreachable", `${where}: the store is unreachable (${firstLine(error)})`, {
-      cause: error,
-    });
-  return new ObjectStoreError("StoreError", `${where}: ${firstLine(error)}`, { cause: error });
+  if (isNetworkError(error)) return unreachable(where, error);
+  return new ObjectStoreError("StoreError", `${where}: ${errorLine(error)}`, { cause: error });
 }
 
 /** The account's blob endpoint: the Secret's storage-endpoint, else the public cloud's. */

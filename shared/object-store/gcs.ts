@@ -11,17 +11,20 @@ import type { Readable } from "node:stream";
 import { ApiError, Storage, type StorageOptions } from "@google-cloud/storage";
 import { OAuth2Client } from "google-auth-library";
 import type { GcsCredentials } from "./credentials.ts";
-import { isNetworkError, type ObjectStore, ObjectStoreError, type StoredObject } from "./types.ts";
+import {
+  errorLine,
+  isNetworkError,
+  type ObjectStore,
+  ObjectStoreError,
+  type StoredObject,
+  unreachable,
+} from "./types.ts";
 
 export interface GcsStoreOptions {
   bucket: string;
   credentials?: GcsCredentials;
   /** Another endpoint than https://storage.googleapis.com (a private endpoint, an emulator). */
   endpoint?: string;
-}
-
-function firstLine(error: unknown): string {
-  return error instanceof Error ? (error.message.split("\n")[0] ?? "") : String(error);
 }
 
 /** The HTTP status of an SDK error: ApiError's `code`, or the status of a GaxiosError (uploads). */
@@ -38,7 +41,7 @@ function httpStatus(error: unknown): number | undefined {
 function explain(error: unknown, where: string, missing: "bucket" | "object"): ObjectStoreError {
   if (error instanceof ObjectStoreError) return error;
   const status = httpStatus(error);
-  const message = firstLine(error);
+  const message = errorLine(error);
   if (status === 404)
     return missing === "bucket" || /bucket does not exist/i.test(message)
       ? new ObjectStoreError("NoSuchBucket", `${where}: the bucket does not exist`, { cause: error })
@@ -51,10 +54,7 @@ function explain(error: unknown, where: string, missing: "bucket" | "object"): O
     return new ObjectStoreError("AccessDenied", `${where}: access denied (${message})`, { cause: error });
   if (status !== undefined)
     return new ObjectStoreError("StoreError", `${where}: ${status}: ${message}`, { cause: error });
-  if (isNetworkError(error))
-    return new ObjectStoreError("Unreachable", `${where}: the store is unreachable (${message})`, {
-      cause: error,
-    });
+  if (isNetworkError(error)) return unreachable(where, error);
   return new ObjectStoreError("StoreError", `${where}: ${message}`, { cause: error });
 }
 

@@ -6,7 +6,7 @@
 // included), the worker's RSS grew by 8.4–40.9 MiB, well inside the 64 MiB budget.
 import type { BackupStorageType } from "../api/etcd-backup.ts";
 import { isDnsSubdomain } from "../api/etcd-cluster.ts";
-import { type SectionName, STORAGES, type Storage, type StorageSections } from "./storages.ts";
+import { type SectionName, STORAGES, type Storage, type StorageSections, secretOf } from "./storages.ts";
 import { type ObjectStore, ObjectStoreError, splitBucketPath } from "./types.ts";
 
 export interface OpenedStore {
@@ -45,7 +45,7 @@ async function openWith<N extends SectionName>(
     throw new ObjectStoreError("StoreError", `storage type ${type} needs its "${storage.section}" section`);
   }
   const { bucket, key } = splitBucketPath(section.path);
-  const name = storage.secretName(section);
+  const name = secretOf(type, section);
   if (name === undefined && !storage.secretOptional) {
     throw new ObjectStoreError("InvalidCredentials", `${storage.section}.${storage.secretField} is required`);
   }

@@ -4,7 +4,14 @@
 import type { Readable } from "node:stream";
 import OSS from "ali-oss";
 import type { OssCredentials } from "./credentials.ts";
-import { isNetworkError, type ObjectStore, ObjectStoreError, type StoredObject } from "./types.ts";
+import {
+  errorLine,
+  isNetworkError,
+  type ObjectStore,
+  ObjectStoreError,
+  type StoredObject,
+  unreachable,
+} from "./types.ts";
 
 export const DEFAULT_OSS_ENDPOINT = "http://oss-cn-hangzhou.aliyuncs.com";
 
@@ -41,16 +48,12 @@ function explain(error: unknown, where: string): ObjectStoreError {
     case "AccessDenied":
       return new ObjectStoreError("AccessDenied", `${where}: access denied`, { cause: error });
   }
-  if (isNetworkError(error) || status === -1 || status === -2) {
-    const message = error instanceof Error ? error.message.split("\n")[0] : String(error);
-    return new ObjectStoreError("Unreachable", `${where}: the store is unreachable (${message})`, {
-      cause: error,
-    });
-  }
+  if (isNetworkError(error) || status === -1 || status === -2) return unreachable(where, error);
   if (status === 404 && where.startsWith("look up"))
     return new ObjectStoreError("NoSuchKey", `${where}: no such object`, { cause: error });
-  const message = error instanceof Error ? error.message.split("\n")[0] : String(error);
-  return new ObjectStoreError("StoreError", `${where}: ${code ?? "error"}: ${message}`, { cause: error });
+  return new ObjectStoreError("StoreError", `${where}: ${code ?? "error"}: ${errorLine(error)}`, {
+    cause: error,
+  });
 }
 
 export function openOssStore(options: OssStoreOptions): ObjectStore {

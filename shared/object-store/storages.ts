@@ -31,7 +31,6 @@ export interface Storage<N extends SectionName> {
   /** The store's naming rule for it, checked at admission. */
   bucketPattern: RegExp;
   bucketRule: string;
-  secretName(section: NonNullable<StorageSections[N]>): string | undefined;
   open(
     section: NonNullable<StorageSections[N]>,
     bucket: string,
@@ -56,7 +55,6 @@ export const STORAGES: Storages = {
     bucketWord: "bucket",
     bucketPattern: DNS_BUCKET,
     bucketRule: DNS_BUCKET_RULE,
-    secretName: (section) => section.awsSecret,
     async open(section, bucket, secret) {
       const { s3CredentialsFromSecret } = await import("./credentials.ts");
       const { openS3Store } = await import("./s3.ts");
@@ -76,7 +74,6 @@ export const STORAGES: Storages = {
     bucketWord: "container",
     bucketPattern: /^[a-z0-9](?!.*--)[a-z0-9-]{1,61}[a-z0-9]$/,
     bucketRule: 'container names are 3 to 63 lower-case letters, digits and single "-"',
-    secretName: (section) => section.absSecret,
     async open(_section, container, secret) {
       const { absCredentialsFromSecret } = await import("./credentials.ts");
       const { openAbsStore } = await import("./abs.ts");
@@ -94,7 +91,6 @@ export const STORAGES: Storages = {
     bucketWord: "bucket",
     bucketPattern: /^[a-z0-9][a-z0-9._-]{1,61}[a-z0-9]$/,
     bucketRule: 'bucket names are 3 to 63 lower-case letters, digits, "-", "_" and "."',
-    secretName: (section) => section.gcpSecret,
     async open(section, bucket, secret) {
       const { gcsCredentialsFromSecret } = await import("./credentials.ts");
       const { openGcsStore } = await import("./gcs.ts");
@@ -113,7 +109,6 @@ export const STORAGES: Storages = {
     bucketWord: "bucket",
     bucketPattern: DNS_BUCKET,
     bucketRule: DNS_BUCKET_RULE,
-    secretName: (section) => section.ossSecret,
     async open(section, bucket, secret) {
       const { ossCredentialsFromSecret } = await import("./credentials.ts");
       const { openOssStore } = await import("./oss.ts");
@@ -130,4 +125,15 @@ export const STORAGE_TYPES = Object.keys(STORAGES) as BackupStorageType[];
 
 export function isStorageType(value: unknown): value is BackupStorageType {
   return typeof value === "string" && Object.hasOwn(STORAGES, value);
+}
+
+/** The Secret a storage section names, from the storage's Secret field; undefined when it names none. */
+export function secretOf(type: BackupStorageType, section: object): string | undefined {
+  const name = (section as Record<string, unknown>)[STORAGES[type].secretField];
+  return typeof name === "string" && name !== "" ? name : undefined;
+}
+
+/** The section of a spec (EtcdBackup or EtcdRestore) that its storage type names, if it is there. */
+export function sectionOf(type: BackupStorageType, spec: StorageSections): object | undefined {
+  return spec[STORAGES[type].section];
 }

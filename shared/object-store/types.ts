@@ -89,3 +89,15 @@ export function isNetworkError(error: unknown): boolean {
   }
   return false;
 }
+
+/** An error's first line, for messages that name the store and the object. */
+export function errorLine(error: unknown): string {
+  return error instanceof Error ? (error.message.split("\n")[0] ?? "") : String(error);
+}
+
+/** A network failure reaching the store, in the words every store uses. */
+export function unreachable(where: string, error: unknown): ObjectStoreError {
+  return new ObjectStoreError("Unreachable", `${where}: the store is unreachable (${errorLine(error)})`, {
+    cause: error,
+  });
+}
