@@ -25,6 +25,7 @@ import {
   PLURAL,
   VERSION,
 } from "../shared/api/etcd-cluster.ts";
+import { normalizedMaintenance } from "../shared/api/validate-etcd-cluster.ts";
 import { loadConfig } from "../shared/config.ts";
 import {
   addLearner,
@@ -132,6 +133,7 @@ function scripted(name: string): { owner: EtcdCluster; spec: NormalizedSpec } {
     version: DEFAULT_ETCD_VERSION,
     paused: false,
     pod: {},
+    maintenance: normalizedMaintenance(undefined),
   };
   return { owner, spec };
 }

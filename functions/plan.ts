@@ -29,11 +29,20 @@
 // 10. TLS certificates changed (spec.TLS Secrets): members still on the old ones are replaced one
 //     at a time, add-then-remove (see planRotation), followers first, the leader last.
 // 11. Fewer voters than spec.size → add one; more → remove one follower (never the leader).
+//
+// Day-2 care, between them:
+//  - A member raised NOSPACE (its database reached the space quota; etcd refuses writes) → compact,
+//    defragment every member, disarm (recover-space), as soon as a majority of voters answers:
+//    before rule 8, since members out of space still answer and nothing else helps writes.
+// 12. Only at full strength with every voter healthy and nothing else to do: a member whose database
+//    file is mostly free pages is defragmented, followers first, the leader last after leadership
+//    moved to a defragmented member.
 import {
   ALLOW_DOWNGRADE_ANNOTATION,
   type EtcdCluster,
   type NormalizedSpec,
 } from "../shared/api/etcd-cluster.ts";
+import { fragmentedPercent, NOSPACE, raisedAlarms } from "../shared/etcd-maintenance.ts";
 import type { EndpointStatus, MemberInfo } from "../shared/etcd-members.ts";
 import { compareVersions, downgradeProblem, minorOf, upgradePath } from "../shared/etcd-versions.ts";
 import { memberNameFromPeerURL } from "../shared/member-pods.ts";
@@ -135,7 +144,12 @@ export type Step =
   | { kind: "finish-recovery"; seed: string; survivor: string }
   | { kind: "abort-recovery"; message: string }
   | { kind: "quorum-lost"; message: string }
+  | { kind: "recover-space"; members: string[] }
+  | { kind: "defragment-member"; name: string; memberId: string; dbSize: number; fragmentedPercent: number }
   | { kind: "steady" };
+
+/** A member defragmented this recently is not defragmented again (a file that stays fragmented after one). */
+export const DEFRAG_COOLDOWN_MS = 10 * 60_000;
 
 /** How long members may take to start before "nobody answers" means quorum is lost. */
 export const STARTUP_GRACE_MS = 60_000;
@@ -170,6 +184,15 @@ function isHealthy(observation: Observation, podName: string): boolean {
 function leaderId(observation: Observation): string | undefined {
   for (const status of observation.health.values()) if (status.ok && status.leaderId) return status.leaderId;
   return undefined;
+}
+
+/** The newest store revision any answering member reports ("0" when none does). */
+export function newestRevision(o: Observation): string {
+  let newest = 0n;
+  for (const status of o.health.values()) {
+    if (status.ok && status.revision && BigInt(status.revision) > newest) newest = BigInt(status.revision);
+  }
+  return newest.toString();
 }
 
 /**
@@ -359,6 +382,25 @@ function planMembers(o: Observation): Step {
     return wait("MemberStarting", `waiting for new member ${pod ?? learner.id} to start and catch up`, 500);
   }
 
+  // NOSPACE: writes are refused until the space is recovered; members out of space still answer.
+  const outOfSpace = members.flatMap((m) => {
+    const pod = memberPodName(m);
+    return pod && raisedAlarms(o.health.get(pod)).includes(NOSPACE) ? [pod] : [];
+  });
+  if (outOfSpace.length > 0 && healthyVoters.length >= majority(voters.length)) {
+    // The live data filled the quota at the last try: compacting and defragmenting again (every
+    // member blocked in turn) only helps once the store changed, i.e. keys were deleted.
+    const last = o.cluster.status?.lastSpaceRecovery;
+    if (last?.result === "StillFull" && last.revision === newestRevision(o)) {
+      return wait(
+        "NoSpace",
+        "the live data alone fills the space quota: delete keys or raise spec.maintenance.quotaBackendBytes",
+        10_000,
+      );
+    }
+    return { kind: "recover-space", members: outOfSpace.sort() };
+  }
+
   // 8. A voter unhealthy for too long, or whose pod ended, is replaced if quorum allows; otherwise
   // never scale while a voter is unhealthy.
   if (healthyVoters.length < voters.length) {
@@ -417,7 +459,64 @@ function planMembers(o: Observation): Step {
       reason: "scale-down",
     };
   }
-  return { kind: "steady" };
+
+  // 12. Defragmentation.
+  return planDefragmentation(o, voters) ?? { kind: "steady" };
+}
+
+/**
+ * The next member to defragment, if any: reached only with every voter healthy, at full strength,
+ * with nothing else to do. A defragmentation blocks its member, so followers go first (most free
+ * space first) and the leader last, once leadership moved to a member already done.
+ */
+function planDefragmentation(o: Observation, voters: MemberInfo[]): Step | undefined {
+  const settings = o.spec.maintenance.defragmentation;
+  if (!settings.enabled || voters.length !== o.spec.size) return undefined;
+  const last = o.cluster.status?.lastDefragmentation;
+  const recentlyDone = (pod: string) =>
+    last?.member === pod && o.nowMs - Date.parse(last.finishedAt) < DEFRAG_COOLDOWN_MS;
+  const candidates = voters
+    .flatMap((member) => {
+      const pod = memberPodName(member);
+      const status = pod ? o.health.get(pod) : undefined;
+      if (!pod || !status?.ok || recentlyDone(pod)) return [];
+      const share = fragmentedPercent(status);
+      const size = status.dbSize ?? 0;
+      return size >= settings.minimumBytes && share >= settings.thresholdPercent
+        ? [{ member, pod, size, share }]
+        : [];
+    })
+    .sort((a, b) => b.share - a.share);
+  if (candidates.length === 0) return undefined;
+  const leader = leaderId(o);
+  const next = candidates.find((c) => c.member.id !== leader) ?? candidates[0];
+  if (!next) return undefined;
+  if (next.member.id === leader && voters.length > 1) {
+    // Hand leadership to the member with the least free space (done already, or not due).
+    const successor = voters
+      .filter((m) => m.id !== leader)
+      .sort(
+        (a, b) =>
+          fragmentedPercent(o.health.get(memberPodName(a) ?? "")) -
+          fragmentedPercent(o.health.get(memberPodName(b) ?? "")),
+      )[0];
+    if (successor) {
+      return {
+        kind: "move-leader",
+        fromId: next.member.id,
+        toId: successor.id,
+        toName: memberPodName(successor) ?? successor.id,
+        reason: "the leader is defragmented last, as a follower",
+      };
+    }
+  }
+  return {
+    kind: "defragment-member",
+    name: next.pod,
+    memberId: next.member.id,
+    dbSize: next.size,
+    fragmentedPercent: Math.round(next.share),
+  };
 }
 
 /**

@@ -16,6 +16,7 @@ import {
 import { validateEtcdClusterSpec } from "../shared/api/validate-etcd-cluster.ts";
 import { type Condition, setCondition } from "../shared/conditions.ts";
 import { fetchClusterVersion } from "../shared/etcd-http.ts";
+import { NOSPACE, raisedAlarms } from "../shared/etcd-maintenance.ts";
 import { type EndpointStatus, endpointStatuses, listMembers } from "../shared/etcd-members.ts";
 import { memberSelector } from "../shared/kube.ts";
 import { apiErrorMessage } from "../shared/kube-errors.ts";
@@ -35,6 +36,7 @@ import {
   type OperatorTlsSource,
 } from "../shared/tls-secrets.ts";
 import { addMember, createMemberPod } from "./add-member.ts";
+import { defragmentOne, recoverSpace } from "./defragment.ts";
 import { drainOldLog } from "./drain-old-log.ts";
 import { enableDowngrade } from "./enable-downgrade.ts";
 import { ensureServices } from "./ensure-services.ts";
@@ -229,6 +231,10 @@ async function runStep(step: Step, input: StepInput, deps: StepDeps): Promise<St
       return moveLeader(input, deps, step.toId, step.toName, step.reason);
     case "version-refused":
       return { event: { type: "Warning", reason: "VersionRefused", message: step.message } };
+    case "recover-space":
+      return recoverSpace(input, deps, step.members);
+    case "defragment-member":
+      return defragmentOne(input, deps, step.name, step.dbSize, step.fragmentedPercent);
     case "steady":
       return {};
   }
@@ -256,10 +262,12 @@ const PROGRESS_REASON: Record<Step["kind"], string> = {
   "drain-old-log": "DrainingOldLog",
   "enable-downgrade": "EnablingDowngrade",
   "version-refused": "VersionRefused",
+  "recover-space": "NoSpace",
+  "defragment-member": "Defragmenting",
   steady: "Stable",
 };
 
-const OWN_CONDITIONS = new Set(["Available", "Progressing", "Degraded"]);
+const OWN_CONDITIONS = new Set(["Available", "Progressing", "Degraded", "NoSpace"]);
 
 function stepMessage(step: Step, outcome: StepOutcome): string {
   if (step.kind === "wait" || step.kind === "quorum-lost") return step.message;
@@ -292,7 +300,18 @@ export function clusterStatus(
   const failed = step.kind === "all-members-lost";
   const recovering =
     o.recovery !== undefined || step.kind === "recover-from-member" || step.kind === "abort-recovery";
-  const degraded = failed || recovering || step.kind === "quorum-lost" || step.kind === "version-refused";
+  const outOfSpace =
+    outcome.spaceRecovery?.result === "Recovered"
+      ? []
+      : [...o.health.entries()]
+          .flatMap(([pod, s]) => (raisedAlarms(s).includes(NOSPACE) ? [pod] : []))
+          .sort();
+  const degraded =
+    failed ||
+    recovering ||
+    outOfSpace.length > 0 ||
+    step.kind === "quorum-lost" ||
+    step.kind === "version-refused";
 
   // Conditions of other writers (coreos's Scaling, Recovering, Upgrading) would stay as they were
   // left for ever, telling of work long over: the three this operator keeps are the status.
@@ -329,12 +348,13 @@ export function clusterStatus(
     {
       type: "Degraded",
       status: degraded ? "True" : "False",
-      reason: degraded ? PROGRESS_REASON[step.kind] : "AsExpected",
+      reason: degraded ? (outOfSpace.length > 0 ? "NoSpace" : PROGRESS_REASON[step.kind]) : "AsExpected",
       message: degraded ? (outcome.event?.message ?? stepMessage(step, outcome)) : "no known problem",
       observedGeneration: generation,
     },
     now,
   );
+  conditions = noSpaceCondition(conditions, outOfSpace, generation, now);
   const phase = failed
     ? "Failed"
     : step.kind === "steady" || previous.phase === "Running"
@@ -359,7 +379,52 @@ export function clusterStatus(
       [...o.health.entries()].flatMap(([pod, s]) => (s.ok && s.version ? [[pod, s.version]] : [])).sort(),
     ),
     observedGeneration: generation,
+    lastDefragmentation: outcome.defragmented ?? previous.lastDefragmentation,
+    lastSpaceRecovery: outcome.spaceRecovery ?? previous.lastSpaceRecovery,
   };
+}
+
+/**
+ * NoSpace: True from the first look that saw a member's NOSPACE alarm (its lastTransitionTime says
+ * since when writes are refused), False once the alarm is gone, saying for how long they were.
+ * Absent for a cluster that never ran out of space.
+ */
+function noSpaceCondition(
+  conditions: ReturnType<typeof setCondition>,
+  outOfSpace: string[],
+  generation: number | undefined,
+  now: Date,
+): ReturnType<typeof setCondition> {
+  const previous = conditions.find((c) => c.type === "NoSpace");
+  if (outOfSpace.length > 0) {
+    return setCondition(
+      conditions,
+      {
+        type: "NoSpace",
+        status: "True",
+        reason: "QuotaReached",
+        message:
+          `etcd refuses writes: member(s) ${outOfSpace.join(", ")} raised ${NOSPACE} (the database reached its ` +
+          "space quota); reads and deletes still work, and the operator compacts, defragments and disarms",
+        observedGeneration: generation,
+      },
+      now,
+    );
+  }
+  if (previous?.status !== "True") return conditions;
+  const since = previous.lastTransitionTime ?? now.toISOString();
+  const seconds = Math.round((now.getTime() - Date.parse(since)) / 1000);
+  return setCondition(
+    conditions,
+    {
+      type: "NoSpace",
+      status: "False",
+      reason: "SpaceRecovered",
+      message: `writes were refused from ${since} to ${now.toISOString()} (${seconds} s); accepted again`,
+      observedGeneration: generation,
+    },
+    now,
+  );
 }
 
 function simpleStatus(

@@ -1,7 +1,7 @@
 // What every step function gets and returns. A step is one idempotent change to the world
 // (create Services, seed, add/promote/remove a member, delete a pod); it re-checks what it
 // needs, does its one change, and says when the cluster should be looked at again.
-import type { EtcdCluster, NormalizedSpec } from "../shared/api/etcd-cluster.ts";
+import type { EtcdCluster, EtcdClusterStatus, NormalizedSpec } from "../shared/api/etcd-cluster.ts";
 import type { EtcdClientOptions } from "../shared/etcd-members.ts";
 import type { Kube } from "../shared/kube.ts";
 import type { Logger } from "../shared/log.ts";
@@ -50,6 +50,10 @@ export interface StepOutcome {
    * next look finds the change made. Reconcile then only logs it and puts it in the status.
    */
   announced?: boolean;
+  /** A member was defragmented: recorded in status.lastDefragmentation. */
+  defragmented?: EtcdClusterStatus["lastDefragmentation"];
+  /** A recovery from NOSPACE ran: recorded in status.lastSpaceRecovery. */
+  spaceRecovery?: EtcdClusterStatus["lastSpaceRecovery"];
 }
 
 /**

@@ -53,8 +53,14 @@ export interface EndpointStatus {
   raftIndex?: string;
   raftTerm?: string;
   raftAppliedIndex?: string;
-  /** Bytes allocated by the backend database. */
+  /** Bytes allocated by the backend database (the file's size). */
   dbSize?: number;
+  /** Bytes of the database logically in use; the rest is free pages a defragmentation gives back. */
+  dbSizeInUse?: number;
+  /** The member's space quota in bytes (etcd 3.6 and newer report it). */
+  dbSizeQuota?: number;
+  /** The store's revision as this member last applied it. */
+  revision?: string;
   isLearner?: boolean;
   /** Alarms and health problems the member reports (e.g. NOSPACE). */
   errors?: string[];
@@ -176,7 +182,7 @@ export function createEtcdClient(
 }
 
 /** Runs `work` with a fresh client for one endpoint and always closes it. */
-async function withClient<T>(
+export async function withClient<T>(
   endpoint: string,
   options: EtcdClientOptions,
   work: (client: Etcd3) => Promise<T>,
@@ -194,16 +200,16 @@ async function withClient<T>(
  * "recoverable" errors on its own, and a fixed deadline keeps those retries inside the same budget
  * (a per-attempt deadline would let a hung member cost several timeouts).
  */
-function callOptions(options: EtcdClientOptions): { deadline: Date } {
+export function callOptions(options: EtcdClientOptions): { deadline: Date } {
   return { deadline: new Date(Date.now() + (options.timeoutMs ?? DEFAULT_ETCD_TIMEOUT_MS)) };
 }
 
-function errorMessage(error: unknown): string {
+export function errorMessage(error: unknown): string {
   return error instanceof Error ? error.message.trim() : String(error);
 }
 
 /** etcd's own error text: the message without etcd3's "<code> <NAME>: " prefix. */
-function etcdError(error: unknown): string {
+export function etcdError(error: unknown): string {
   return errorMessage(error).replace(/^\d+ [A-Z_]+: /, "");
 }
 
@@ -230,7 +236,7 @@ type FallThrough = "on-any-error" | "when-unanswered";
  * by every member. Writes that time out may still have been applied, so every write here is made
  * safe to repeat (see the callers).
  */
-async function onFirstAnswering<T>(
+export async function onFirstAnswering<T>(
   endpoints: readonly string[],
   what: string,
   options: EtcdClientOptions,
@@ -343,9 +349,11 @@ async function listMembersOverGateway(
 
 /** etcd's Status answer through its gRPC gateway (proto3 JSON: uint64 as strings, defaults left out). */
 interface GatewayStatus {
-  header?: { member_id?: string };
+  header?: { member_id?: string; revision?: string };
   version?: string;
   dbSize?: string;
+  dbSizeInUse?: string;
+  dbSizeQuota?: string;
   leader?: string;
   raftIndex?: string;
   raftTerm?: string;
@@ -370,6 +378,9 @@ function fromGatewayStatus(endpoint: string, body: unknown): EndpointStatus {
     raftTerm: status.raftTerm ?? "0",
     raftAppliedIndex: status.raftAppliedIndex ?? "0",
     dbSize: Number(status.dbSize ?? 0),
+    dbSizeInUse: Number(status.dbSizeInUse ?? 0),
+    dbSizeQuota: status.dbSizeQuota === undefined ? undefined : Number(status.dbSizeQuota),
+    revision: status.header?.revision ?? "0",
     isLearner: status.isLearner === true,
     errors: Array.isArray(status.errors) ? status.errors.map(String) : [],
   };
@@ -386,6 +397,8 @@ function fromStatus(endpoint: string, status: IStatusResponse): EndpointStatus {
     raftTerm: status.raftTerm,
     raftAppliedIndex: status.raftAppliedIndex,
     dbSize: Number(status.dbSize),
+    dbSizeInUse: Number(status.dbSizeInUse ?? 0),
+    revision: status.header.revision,
     isLearner: status.isLearner ?? false,
     errors: status.errors ?? [],
   };

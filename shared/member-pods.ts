@@ -134,6 +134,8 @@ function etcdCommand(input: MemberPodInput): string[] {
   // The token only matters when a cluster is born; the cluster's UID makes it unique.
   if (input.state === "new")
     args.push(`--initial-cluster-token=${input.cluster.metadata?.uid ?? clusterName}`);
+  const quota = input.spec.maintenance.quotaBackendBytes;
+  if (quota !== undefined) args.push(`--quota-backend-bytes=${quota}`);
   // The user's extra flags come last; the validator refused any the operator owns.
   args.push(...(input.spec.pod.etcdArgs ?? []));
   return args;
@@ -245,12 +247,15 @@ export function memberPod(input: MemberPodInput): V1Pod {
       { name: "peer", containerPort: PEER_PORT },
     ],
     env: (policy.etcdEnv ?? []) as V1EnvVar[],
-    // /health answers 200 only when the member has a leader and no alarm. Every second: the first
+    // /health answers 200 only when the member has a leader and no alarm, NOSPACE excepted: a member
+    // out of space still serves reads and deletes, and the operator recovers the space (it reads the
+    // alarm from the member's Status); taking every member out of the client Service would stop
+    // those too. Every second: the first
     // probe runs as the container starts, before etcd listens, so a new member (create, heal,
     // scale, restore) is Ready up to one period after it serves. bench/convergence.ts, period 2 s
     // → 1 s: create 3.97 → 2.66 s, a follower's heal 3.62 → 2.59 s. One /health a second is cheap.
     readinessProbe: {
-      httpGet: { path: "/health", port: CLIENT_PORT },
+      httpGet: { path: "/health?exclude=NOSPACE", port: CLIENT_PORT },
       periodSeconds: 1,
       timeoutSeconds: 1,
       // Not Ready after 6 s of failures, as at 3 × 2 s before: a leader election is no reason to

@@ -23,6 +23,9 @@ export interface OperatorMetrics {
   admissionReviews: Counter<"resource" | "operation" | "allowed">;
   httpRequests: Counter<"method" | "route" | "status">;
   chaosKills: Counter<"namespace" | "cluster">;
+  defragmentations: Counter<"result">;
+  defragmentationSeconds: Histogram<"result">;
+  spaceRecoveries: Counter<"result">;
 }
 
 function create(): OperatorMetrics {
@@ -80,6 +83,25 @@ function create(): OperatorMetrics {
       name: `${METRIC_PREFIX}chaos_kills_total`,
       help: "Member pods deleted by chaos mode (CHAOS_LEVEL > 0), by cluster; only clusters that opted in.",
       labelNames: ["namespace", "cluster"],
+      registers,
+    }),
+    defragmentations: new Counter({
+      name: `${METRIC_PREFIX}defragmentations_total`,
+      help: "Member defragmentations run by the operator (on its threshold, or recovering from NOSPACE), by result (ok, error).",
+      labelNames: ["result"],
+      registers,
+    }),
+    defragmentationSeconds: new Histogram({
+      name: `${METRIC_PREFIX}defragmentation_duration_seconds`,
+      help: "How long one member was blocked by a defragmentation, by result.",
+      labelNames: ["result"],
+      buckets: STEP_BUCKETS,
+      registers,
+    }),
+    spaceRecoveries: new Counter({
+      name: `${METRIC_PREFIX}space_recoveries_total`,
+      help: "Recoveries from etcd's NOSPACE alarm (compact, defragment, disarm), by result: recovered, still_full (the data alone fills the quota), error.",
+      labelNames: ["result"],
       registers,
     }),
   };

@@ -46,6 +46,9 @@ tap.test("a minimal spec gets the coreos defaults and the newest etcd", async (t
       version: DEFAULT_ETCD_VERSION,
       paused: false,
       pod: {},
+      maintenance: {
+        defragmentation: { enabled: true, thresholdPercent: 50, minimumBytes: 64 * 1024 * 1024 },
+      },
     },
     warnings: [],
   });
@@ -58,7 +61,7 @@ tap.test("a leading v is accepted and stripped from the version", async (t) => {
   t.equal(validateEtcdClusterSpec({ size: 1, version: "3.6.16" }).ok, true);
 });
 
-tap.test("given values are kept: repository, paused, pod policy and TLS", async (t) => {
+tap.test("given values are kept: repository, paused, pod policy, TLS and maintenance", async (t) => {
   const spec = {
     size: 5,
     repository: "registry.example.com:5000/mirror/etcd",
@@ -71,9 +74,50 @@ tap.test("given values are kept: repository, paused, pod policy and TLS", async 
       ClusterDomain: ".cluster.local",
     },
     TLS: { static: { member: { peerSecret: "peer", serverSecret: "server" }, operatorSecret: "client" } },
+    maintenance: {
+      quotaBackendBytes: 8 * 1024 * 1024 * 1024,
+      defragmentation: { enabled: false, thresholdPercent: 30, minimumBytes: 0 },
+    },
   };
   t.same(validateEtcdClusterSpec(spec), { ok: true, spec, warnings: [] });
 });
+
+tap.test(
+  "maintenance: a quota out of range, a second quota in etcdArgs and bad defrag settings are refused",
+  async (t) => {
+    const problems = (spec: Record<string, unknown>) => {
+      const result = validateEtcdClusterSpec({ size: 3, ...spec });
+      return result.ok ? [] : result.problems;
+    };
+    t.match(problems({ maintenance: { quotaBackendBytes: 1024 } }), [
+      /spec\.maintenance\.quotaBackendBytes must be a whole number of bytes from 16777216 \(16 MiB\) to 68719476736 \(64 GiB\) \(got 1024\)/,
+    ]);
+    t.match(problems({ maintenance: { quotaBackendBytes: "8Gi" } }), [
+      /quotaBackendBytes must be a whole number of bytes/,
+    ]);
+    t.match(
+      problems({
+        maintenance: { quotaBackendBytes: 1 << 30 },
+        pod: { etcdArgs: ["--max-txn-ops=512", "--quota-backend-bytes=4294967296"] },
+      }),
+      [
+        /spec\.pod\.etcdArgs\[1\] sets --quota-backend-bytes and so does spec\.maintenance\.quotaBackendBytes; keep one/,
+      ],
+    );
+    t.match(problems({ maintenance: { defragmentation: { thresholdPercent: 100 } } }), [
+      /thresholdPercent must be a whole percentage from 1 to 99 \(got 100\)/,
+    ]);
+    t.match(problems({ maintenance: { defragmentation: { minimumBytes: -1 } } }), [
+      /minimumBytes must be a whole number of bytes, 0 or more \(got -1\)/,
+    ]);
+    t.match(problems({ maintenance: { defragmentation: { enabled: "yes" } } }), [/defragmentation\.enabled/]);
+    t.same(
+      problems({ maintenance: { quotaBackendBytes: 16 * 1024 * 1024 } }),
+      [],
+      "16 MiB is the smallest quota",
+    );
+  },
+);
 
 tap.test("even sizes are allowed with a warning that recommends an odd size", async (t) => {
   const result = validateEtcdClusterSpec({ size: 4 });

@@ -6,6 +6,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import t from "tap";
 import type { EtcdCluster, NormalizedSpec } from "../shared/api/etcd-cluster.ts";
+import { normalizedMaintenance } from "../shared/api/validate-etcd-cluster.ts";
 import {
   clientService,
   DNS_WAIT_SCRIPT,
@@ -29,6 +30,7 @@ function podFor(pod: NormalizedSpec["pod"]) {
     version: "3.6.16",
     paused: false,
     pod,
+    maintenance: normalizedMaintenance(undefined),
   };
   return memberPod({ cluster, spec, name: "c-abc", initialCluster: [], state: "existing" });
 }
@@ -80,6 +82,7 @@ t.test("data: an emptyDir, or the member's own claim owned by the cluster", asyn
     version: "3.6.16",
     paused: false,
     pod: { persistentVolumeClaimSpec: claimSpec },
+    maintenance: normalizedMaintenance(undefined),
   };
   const claim = memberClaim(cluster, spec, "c-abc");
   t.equal(claim.metadata?.name, "c-abc-pvc");

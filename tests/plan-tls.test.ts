@@ -3,7 +3,7 @@
 // every voter is healthy.
 import t from "tap";
 import { type Observation, type PodView, planNextStep, type Step } from "../functions/plan.ts";
-import type { NormalizedSpec } from "../shared/api/etcd-cluster.ts";
+import { normalizedMaintenance } from "../shared/api/validate-etcd-cluster.ts";
 import type { EndpointStatus, MemberInfo } from "../shared/etcd-members.ts";
 
 const NOW = 1_000_000_000;
@@ -53,7 +53,14 @@ function observe(world: World): Observation {
   return {
     nowMs: NOW,
     cluster: { metadata: { name: "c", namespace: "default", uid: "u" } } as Observation["cluster"],
-    spec: { size: world.size, repository: "r", version: "3.7.3", paused: false, pod: {} } as NormalizedSpec,
+    spec: {
+      size: world.size,
+      repository: "r",
+      version: "3.7.3",
+      paused: false,
+      pod: {},
+      maintenance: normalizedMaintenance(undefined),
+    },
     pods: names.map((n) => pod(n, world.members[n]?.[1] ?? "", { ready: !world.down?.includes(n) })),
     services: { peer: true, client: true },
     members: names.map((n) =>

@@ -2,6 +2,7 @@
 // than a majority of voting members healthy.
 import t from "tap";
 import {
+  DEFRAG_COOLDOWN_MS,
   majority,
   type Observation,
   type PodView,
@@ -10,12 +11,20 @@ import {
 } from "../functions/plan.ts";
 import { sameStatus } from "../functions/reconcile.ts";
 import type { NormalizedSpec } from "../shared/api/etcd-cluster.ts";
+import { normalizedMaintenance } from "../shared/api/validate-etcd-cluster.ts";
 import type { EndpointStatus, MemberInfo } from "../shared/etcd-members.ts";
 
 const NOW = 1_000_000_000;
 
 function spec(size: number): NormalizedSpec {
-  return { size, repository: "quay.io/coreos/etcd", version: "3.7.3", paused: false } as NormalizedSpec;
+  return {
+    size,
+    repository: "quay.io/coreos/etcd",
+    version: "3.7.3",
+    paused: false,
+    pod: {},
+    maintenance: normalizedMaintenance(undefined),
+  };
 }
 
 function pod(name: string, extra: Partial<PodView> = {}): PodView {
@@ -753,4 +762,162 @@ t.test("a status is the same whatever its key order and condition timestamps", a
   t.notOk(sameStatus(stored, { ...built, controlPaused: false }), "a changed field is a change");
   const condition = { ...paused, reason: "Scaling" };
   t.notOk(sameStatus(stored, { ...built, conditions: [condition] }), "a changed condition is a change");
+});
+
+const MIB = 1024 * 1024;
+
+/** A member's Status with its database sizes (and alarms). */
+function sized(name: string, leaderId: string, dbMiB: number, inUseMiB: number, errors: string[] = []) {
+  const [key, status] = ok(name, leaderId);
+  return [key, { ...status, dbSize: dbMiB * MIB, dbSizeInUse: inUseMiB * MIB, errors }] as [
+    string,
+    EndpointStatus,
+  ];
+}
+
+t.test("NOSPACE: the space is recovered once a majority answers, before anything else", async (t) => {
+  const alarm = ["memberID:2  alarm:NOSPACE"];
+  const world = three();
+  t.same(
+    planNextStep(
+      observation({
+        size: 3,
+        ...world,
+        health: new Map([sized("a", "1", 20, 19), sized("b", "1", 20, 19, alarm), sized("c", "1", 20, 19)]),
+      }),
+    ),
+    { kind: "recover-space", members: ["b"] },
+    "one member's alarm is the cluster's: writes are refused everywhere",
+  );
+  t.same(
+    planNextStep(
+      observation({
+        size: 5,
+        ...world,
+        health: new Map([sized("a", "1", 20, 19, alarm), ok("b"), ok("c")]),
+      }),
+    ).kind,
+    "recover-space",
+    "before a missing member is added (adding needs no space, but writes come first)",
+  );
+  const lost = planNextStep(
+    observation({
+      size: 3,
+      ...world,
+      pods: [pod("a"), pod("b", { ready: false, notReadyForMs: 1_000 }), pod("c", { ready: false })],
+      health: new Map([sized("a", "1", 20, 19, alarm), down("b"), down("c")]),
+    }),
+  );
+  t.not(lost.kind, "recover-space", "not without a majority: compaction and the disarm need a quorum");
+  const withRevision = (rev: string): [string, EndpointStatus][] =>
+    [sized("a", "1", 16, 15, alarm), sized("b", "1", 16, 15), sized("c", "1", 16, 15)].map(([k, s]) => [
+      k,
+      { ...s, revision: rev },
+    ]);
+  const stillFull = {
+    ...observation({ size: 3 }).cluster,
+    status: {
+      lastSpaceRecovery: {
+        revision: "500",
+        finishedAt: new Date(NOW).toISOString(),
+        result: "StillFull" as const,
+      },
+    },
+  };
+  t.match(
+    planNextStep(
+      observation({ size: 3, ...world, cluster: stillFull, health: new Map(withRevision("500")) }),
+    ),
+    { kind: "wait", reason: "NoSpace" },
+    "the live data filled the quota at the last try and nothing changed since: no new round of defragmentations",
+  );
+  t.same(
+    planNextStep(observation({ size: 3, ...world, cluster: stillFull, health: new Map(withRevision("731")) }))
+      .kind,
+    "recover-space",
+    "keys deleted since (a newer revision): tried again",
+  );
+});
+
+t.test("defragmentation: over the threshold, followers first, the leader last as a follower", async (t) => {
+  const world = three();
+  const o = (health: [string, EndpointStatus][], extra: Partial<Observation> = {}) =>
+    planNextStep(observation({ size: 3, ...world, health: new Map(health), ...extra }));
+  t.same(
+    o([sized("a", "1", 200, 20), sized("b", "1", 200, 150), sized("c", "1", 300, 30)]),
+    { kind: "defragment-member", name: "c", memberId: "3", dbSize: 300 * MIB, fragmentedPercent: 90 },
+    "the most fragmented follower first; b (25% free) is under the default 50%",
+  );
+  t.same(
+    o([sized("a", "1", 200, 20), sized("b", "1", 200, 150), sized("c", "1", 30, 29)]),
+    {
+      kind: "move-leader",
+      fromId: "1",
+      toId: "3",
+      toName: "c",
+      reason: "the leader is defragmented last, as a follower",
+    },
+    "only the leader is due: leadership goes to the least fragmented follower first",
+  );
+  t.same(
+    o([sized("a", "1", 60, 1), sized("b", "1", 63, 1), sized("c", "1", 10, 1)]).kind,
+    "steady",
+    "files under the 64 MiB minimum are left alone",
+  );
+  const disabled = {
+    ...spec(3),
+    maintenance: { defragmentation: { enabled: false, thresholdPercent: 50, minimumBytes: 0 } },
+  };
+  t.same(
+    o([sized("a", "1", 200, 20), sized("b", "1", 200, 20), sized("c", "1", 200, 20)], { spec: disabled })
+      .kind,
+    "steady",
+    "off when disabled",
+  );
+  const custom = {
+    ...spec(3),
+    maintenance: { defragmentation: { enabled: true, thresholdPercent: 20, minimumBytes: MIB } },
+  };
+  t.same(
+    o([sized("a", "1", 10, 9), sized("b", "1", 10, 7), sized("c", "1", 10, 9)], { spec: custom }),
+    { kind: "defragment-member", name: "b", memberId: "2", dbSize: 10 * MIB, fragmentedPercent: 30 },
+    "the cluster's own threshold and minimum",
+  );
+  const recently = {
+    ...observation({ size: 3 }).cluster,
+    status: {
+      lastDefragmentation: {
+        member: "c",
+        finishedAt: new Date(NOW - DEFRAG_COOLDOWN_MS / 2).toISOString(),
+        durationSeconds: 1,
+        dbSizeBefore: 300 * MIB,
+        dbSizeAfter: 300 * MIB,
+      },
+    },
+  };
+  t.same(
+    o([sized("a", "1", 30, 29), sized("b", "1", 30, 29), sized("c", "1", 300, 30)], { cluster: recently })
+      .kind,
+    "steady",
+    "a member defragmented within the cool-down is not done again",
+  );
+  t.same(
+    o([sized("a", "1", 200, 20), sized("b", "1", 200, 20), sized("c", "1", 200, 20)], {
+      pods: [pod("a"), pod("b"), pod("c", { ready: false })],
+      health: new Map([sized("a", "1", 200, 20), sized("b", "1", 200, 20), down("c")]),
+    }).kind,
+    "wait",
+    "never while a voter is unhealthy",
+  );
+  t.same(
+    planNextStep(
+      observation({
+        size: 4,
+        ...world,
+        health: new Map([sized("a", "1", 200, 20), sized("b", "1", 200, 20), sized("c", "1", 200, 20)]),
+      }),
+    ).kind,
+    "add-member",
+    "not while the cluster is short of a member",
+  );
 });

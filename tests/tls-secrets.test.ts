@@ -2,6 +2,7 @@
 // shared/pki.ts: what is accepted, and a clear message for each way a Secret can be wrong.
 import t from "tap";
 import type { NormalizedSpec } from "../shared/api/etcd-cluster.ts";
+import { normalizedMaintenance } from "../shared/api/validate-etcd-cluster.ts";
 import {
   type CertificateAuthority,
   createCertificateAuthority,
@@ -46,6 +47,7 @@ const SPEC: NormalizedSpec = {
   version: "3.5.35",
   paused: false,
   pod: {},
+  maintenance: normalizedMaintenance(undefined),
   TLS: { static: { member: { peerSecret: "peer", serverSecret: "server" }, operatorSecret: "operator" } },
 };
 

@@ -136,6 +136,19 @@ export function worldMetricsRegistry(sources: WorldSources): Registry {
       return available ? (available.status === "True" ? 1 : 0) : undefined;
     },
   );
+  clusterGauge(
+    "cluster_no_space",
+    "1 while etcd refuses writes for its space quota (condition NoSpace True), else 0.",
+    (c) => (c.status?.conditions?.find((x) => x.type === "NoSpace")?.status === "True" ? 1 : 0),
+  );
+  clusterGauge(
+    "cluster_last_defragmentation_timestamp_seconds",
+    "When the operator last defragmented a member of the cluster (status.lastDefragmentation, Unix time).",
+    (c) => {
+      const at = Date.parse(c.status?.lastDefragmentation?.finishedAt ?? "");
+      return Number.isNaN(at) ? undefined : at / 1000;
+    },
+  );
 
   const backupLabels = (b: EtcdBackup) => ({
     namespace: b.metadata?.namespace ?? "",

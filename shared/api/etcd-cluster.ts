@@ -439,6 +439,72 @@ export const TLSPolicySchema = Type.Object(
 );
 export type TLSPolicy = Static<typeof TLSPolicySchema>;
 
+/** Defaults of spec.maintenance (an addition to the coreos API). */
+export const DEFAULT_DEFRAG_THRESHOLD_PERCENT = 50;
+export const DEFAULT_DEFRAG_MINIMUM_BYTES = 64 * 1024 * 1024;
+export const MIN_QUOTA_BACKEND_BYTES = 16 * 1024 * 1024;
+/** etcd warns above 8 GiB and its bbolt store is tested far less beyond; 64 GiB is a hard ceiling here. */
+export const MAX_QUOTA_BACKEND_BYTES = 64 * 1024 * 1024 * 1024;
+
+export const DefragmentationSchema = Type.Object(
+  {
+    enabled: Type.Optional(
+      Type.Boolean({
+        description:
+          "Whether the operator defragments fragmented members on its own (default true). A defragmentation " +
+          "blocks reads and writes on that one member for its duration (seconds per GiB), so members are done " +
+          "one at a time, followers first and the leader last, after leadership moved to a defragmented member.",
+      }),
+    ),
+    thresholdPercent: Type.Optional(
+      Type.Integer({
+        minimum: 1,
+        maximum: 99,
+        description:
+          "A member is defragmented once this share of its database file is free space (dbSize minus " +
+          `dbSizeInUse, over dbSize), in percent. Default ${DEFAULT_DEFRAG_THRESHOLD_PERCENT}.`,
+      }),
+    ),
+    minimumBytes: Type.Optional(
+      Type.Integer({
+        minimum: 0,
+        description:
+          "Members whose database file is smaller than this many bytes are left alone, whatever their free " +
+          `share (a small file costs little). Default ${DEFAULT_DEFRAG_MINIMUM_BYTES} (64 MiB).`,
+      }),
+    ),
+  },
+  {
+    description:
+      "Automatic defragmentation: etcd never gives the space of deleted or compacted revisions back to the " +
+      "file system by itself; a defragmentation rewrites a member's database without it.",
+  },
+);
+
+export const MaintenanceSchema = Type.Object(
+  {
+    quotaBackendBytes: Type.Optional(
+      Type.Integer({
+        minimum: MIN_QUOTA_BACKEND_BYTES,
+        maximum: MAX_QUOTA_BACKEND_BYTES,
+        description:
+          "The space quota of each member's database, in bytes (etcd's --quota-backend-bytes; etcd's default " +
+          "is 2 GiB). When a member's database reaches it, etcd raises the NOSPACE alarm and refuses every " +
+          "write (reads and deletes still work); the operator then compacts the history, defragments every " +
+          "member, disarms the alarm and reports it in the NoSpace condition. Applies to members created after " +
+          "a change. Cannot be combined with --quota-backend-bytes in pod.etcdArgs.",
+      }),
+    ),
+    defragmentation: Type.Optional(DefragmentationSchema),
+  },
+  {
+    description:
+      "Day-2 care of the members' databases (an addition to the coreos API): the space quota and " +
+      "automatic defragmentation.",
+  },
+);
+export type Maintenance = Static<typeof MaintenanceSchema>;
+
 export const EtcdClusterSpecSchema = Type.Object(
   {
     size: Type.Integer({
@@ -489,6 +555,7 @@ export const EtcdClusterSpecSchema = Type.Object(
     ),
     pod: Type.Optional(PodPolicySchema),
     TLS: Type.Optional(TLSPolicySchema),
+    maintenance: Type.Optional(MaintenanceSchema),
   },
   { description: "The etcd cluster you want: its size, etcd version and how its pods are built." },
 );
@@ -534,7 +601,7 @@ export function conditionSchema(of: string, types: string) {
 
 export const ClusterConditionSchema = conditionSchema(
   "the cluster's",
-  "Available, Progressing or Degraded (coreos also used Scaling, Upgrading)",
+  "Available, Progressing, Degraded or NoSpace (coreos also used Scaling, Upgrading)",
 );
 export type ClusterCondition = Static<typeof ClusterConditionSchema>;
 
@@ -562,7 +629,9 @@ export const EtcdClusterStatusSchema = Type.Object(
     ),
     conditions: Type.Optional(
       Type.Array(ClusterConditionSchema, {
-        description: "The cluster's conditions: Available, Progressing and Degraded.",
+        description:
+          "The cluster's conditions: Available, Progressing and Degraded; NoSpace once etcd refused writes " +
+          "for its space quota (True since it was first seen, False with when it ended once recovered).",
         "x-kubernetes-list-type": "map",
         "x-kubernetes-list-map-keys": ["type"],
       }),
@@ -601,6 +670,32 @@ export const EtcdClusterStatusSchema = Type.Object(
           "The etcd version each member reports it runs, by member (pod) name; during an upgrade, who is done.",
       }),
     ),
+    lastSpaceRecovery: Type.Optional(
+      Type.Object(
+        {
+          revision: Type.String({ description: "The revision the history was compacted to." }),
+          finishedAt: Type.String({ description: "When the recovery finished (RFC 3339)." }),
+          result: Type.Union([Type.Literal("Recovered"), Type.Literal("StillFull")], {
+            description:
+              "Recovered: the NOSPACE alarm was disarmed. StillFull: the live data alone fills the quota; " +
+              "tried again once the store changed (keys deleted).",
+          }),
+        },
+        { description: "The operator's last recovery from etcd's NOSPACE alarm." },
+      ),
+    ),
+    lastDefragmentation: Type.Optional(
+      Type.Object(
+        {
+          member: Type.String({ description: "The member (pod) defragmented." }),
+          finishedAt: Type.String({ description: "When it finished (RFC 3339)." }),
+          durationSeconds: Type.Number({ description: "How long the member was blocked by it." }),
+          dbSizeBefore: Type.Integer({ description: "Its database file's size before, in bytes." }),
+          dbSizeAfter: Type.Integer({ description: "Its database file's size after, in bytes." }),
+        },
+        { description: "The operator's last defragmentation of a member." },
+      ),
+    ),
     observedGeneration: Type.Optional(
       Type.Integer({ minimum: 0, description: "The metadata.generation this status was computed from." }),
     ),
@@ -625,6 +720,13 @@ export interface NormalizedSpec {
   paused: boolean;
   pod: PodPolicy;
   TLS?: TLSPolicy;
+  maintenance: NormalizedMaintenance;
+}
+
+/** spec.maintenance with its defaults filled in. */
+export interface NormalizedMaintenance {
+  quotaBackendBytes?: number;
+  defragmentation: { enabled: boolean; thresholdPercent: number; minimumBytes: number };
 }
 
 export type SpecValidation =

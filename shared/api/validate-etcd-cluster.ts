@@ -5,6 +5,8 @@ import { Value } from "@sinclair/typebox/value";
 import { DEFAULT_ETCD_VERSION, ETCD_VERSIONS, minorOf } from "../etcd-versions.ts";
 import {
   DEFAULT_BUSYBOX_IMAGE,
+  DEFAULT_DEFRAG_MINIMUM_BYTES,
+  DEFAULT_DEFRAG_THRESHOLD_PERCENT,
   DEFAULT_REPOSITORY,
   ENV_NAME_RE,
   ETCD_ARG_RE,
@@ -18,6 +20,10 @@ import {
   LABEL_NAME_RE,
   LABEL_VALUE_RE,
   MAX_CLUSTER_SIZE,
+  MAX_QUOTA_BACKEND_BYTES,
+  type Maintenance,
+  MIN_QUOTA_BACKEND_BYTES,
+  type NormalizedMaintenance,
   type NormalizedSpec,
   OLDEST_SUPPORTED_MINOR,
   parseMinor,
@@ -79,6 +85,7 @@ export function validateEtcdClusterSpec(spec: unknown): SpecValidation {
   }
   if (spec.pod !== undefined) checkPod(spec.pod, problems);
   if (spec.TLS !== undefined) checkTls(spec.TLS, problems);
+  if (spec.maintenance !== undefined) checkMaintenance(spec.maintenance, spec.pod, problems);
   // Whatever else the schema finds (a wrong type deep in the pod policy, say), unless a check above
   // already explained that field better.
   for (const error of Value.Errors(EtcdClusterSpecSchema, spec)) {
@@ -97,9 +104,83 @@ export function validateEtcdClusterSpec(spec: unknown): SpecValidation {
     version,
     paused: valid.paused ?? false,
     pod: valid.pod ?? {},
+    maintenance: normalizedMaintenance(valid.maintenance),
   };
   if (valid.TLS !== undefined) normalized.TLS = valid.TLS;
   return { ok: true, spec: normalized, warnings };
+}
+
+export function normalizedMaintenance(maintenance: Maintenance | undefined): NormalizedMaintenance {
+  const defrag = maintenance?.defragmentation;
+  const normalized: NormalizedMaintenance = {
+    defragmentation: {
+      enabled: defrag?.enabled ?? true,
+      thresholdPercent: defrag?.thresholdPercent ?? DEFAULT_DEFRAG_THRESHOLD_PERCENT,
+      minimumBytes: defrag?.minimumBytes ?? DEFAULT_DEFRAG_MINIMUM_BYTES,
+    },
+  };
+  if (maintenance?.quotaBackendBytes !== undefined)
+    normalized.quotaBackendBytes = maintenance.quotaBackendBytes;
+  return normalized;
+}
+
+const MIB = 1024 * 1024;
+
+function checkMaintenance(maintenance: unknown, pod: unknown, problems: Problem[]): void {
+  const path = "spec.maintenance";
+  if (!isRecord(maintenance)) {
+    problems.push({ path, message: `${path} must be an object (got ${show(maintenance)})` });
+    return;
+  }
+  const quota = maintenance.quotaBackendBytes;
+  if (quota !== undefined) {
+    const at = `${path}.quotaBackendBytes`;
+    if (
+      typeof quota !== "number" ||
+      !Number.isInteger(quota) ||
+      quota < MIN_QUOTA_BACKEND_BYTES ||
+      quota > MAX_QUOTA_BACKEND_BYTES
+    ) {
+      problems.push({
+        path: at,
+        message:
+          `${at} must be a whole number of bytes from ${MIN_QUOTA_BACKEND_BYTES} (16 MiB) to ` +
+          `${MAX_QUOTA_BACKEND_BYTES} (64 GiB) (got ${show(quota)}); for 8 GiB write ${8 * 1024 * MIB}`,
+      });
+    }
+    const args = isRecord(pod) && Array.isArray(pod.etcdArgs) ? pod.etcdArgs : [];
+    const index = args.findIndex((a) => typeof a === "string" && etcdArgFlag(a) === "--quota-backend-bytes");
+    if (index >= 0) {
+      problems.push({
+        path: `spec.pod.etcdArgs[${index}]`,
+        message: `spec.pod.etcdArgs[${index}] sets --quota-backend-bytes and so does ${at}; keep one (${at} is the operator's setting)`,
+      });
+    }
+  }
+  const defrag = maintenance.defragmentation;
+  if (defrag === undefined) return;
+  const at = `${path}.defragmentation`;
+  if (!isRecord(defrag)) {
+    problems.push({ path: at, message: `${at} must be an object (got ${show(defrag)})` });
+    return;
+  }
+  const threshold = defrag.thresholdPercent;
+  if (
+    threshold !== undefined &&
+    (typeof threshold !== "number" || !Number.isInteger(threshold) || threshold < 1 || threshold > 99)
+  ) {
+    problems.push({
+      path: `${at}.thresholdPercent`,
+      message: `${at}.thresholdPercent must be a whole percentage from 1 to 99 (got ${show(threshold)})`,
+    });
+  }
+  const minimum = defrag.minimumBytes;
+  if (minimum !== undefined && (typeof minimum !== "number" || !Number.isInteger(minimum) || minimum < 0)) {
+    problems.push({
+      path: `${at}.minimumBytes`,
+      message: `${at}.minimumBytes must be a whole number of bytes, 0 or more (got ${show(minimum)})`,
+    });
+  }
 }
 
 /** `a["b"][0]` → "a.b.0", to compare paths however they were written. */
