@@ -21,6 +21,8 @@ export interface BackupMetadata {
   /** The store's revision when the snapshot began; the snapshot holds at least this revision. */
   revision: number;
   etcdVersion: string;
+  /** Keys in the store at `revision` (absent in older backups, or when it was compacted at once). */
+  keyCount?: number;
   cluster: string;
   namespace: string;
   member: string;

@@ -8,6 +8,7 @@ import { pipeline } from "node:stream/promises";
 import type { EtcdBackup } from "../shared/api/etcd-backup.ts";
 import { resolveClientEndpoints } from "../shared/client-endpoints.ts";
 import { findCondition, setCondition } from "../shared/conditions.ts";
+import { countKeys } from "../shared/etcd-maintenance.ts";
 import { type EtcdClientOptions, endpointStatuses, leaderId } from "../shared/etcd-members.ts";
 import { openSnapshot } from "../shared/etcd-snapshot.ts";
 import type { Kube } from "../shared/kube.ts";
@@ -23,12 +24,15 @@ import {
   periodicBackups,
   periodicKey,
 } from "./backup-objects.ts";
+import { type Verification, verifyBackup } from "./verify-backup.ts";
 
 export interface BackupDeps {
   kube: Kube;
   log: Logger;
   etcd: EtcdClientOptions;
   now?: () => Date;
+  /** The operator's image, for a verification pod's init containers (spec.verification). */
+  operatorImage?: string;
 }
 
 export interface BackupRecord {
@@ -38,8 +42,13 @@ export interface BackupRecord {
   size: number;
   sha256: string;
   revision: number;
+  /** Keys in the store at `revision`; undefined when the revision was compacted meanwhile. */
+  keyCount?: number;
   etcdVersion: string;
   member: string;
+  /** The EtcdCluster the endpoints belong to, when they are one's client Service or pods. */
+  cluster?: string;
+  crc32?: string;
   durationSeconds: number;
   /** Periodic backups: how many the store holds after pruning. */
   kept?: number;
@@ -216,6 +225,8 @@ export async function runBackup(backup: EtcdBackup, deps: BackupDeps): Promise<B
         `the store holds ${stored?.size ?? "no"} bytes at ${key} after an upload of ${taken.size}; the object was deleted`,
       );
     }
+    // What a verification compares the restored store with.
+    const keyCount = await countKeys(member.endpoint, taken.revision, etcd);
     const metadata: BackupMetadata = {
       format: 1,
       sha256: taken.sha256,
@@ -223,6 +234,7 @@ export async function runBackup(backup: EtcdBackup, deps: BackupDeps): Promise<B
       size: taken.size,
       revision: taken.revision,
       etcdVersion: taken.etcdVersion,
+      keyCount,
       cluster: clusterName,
       namespace,
       member: memberName,
@@ -245,8 +257,11 @@ export async function runBackup(backup: EtcdBackup, deps: BackupDeps): Promise<B
       size: taken.size,
       sha256: taken.sha256,
       revision: taken.revision,
+      keyCount,
       etcdVersion: taken.etcdVersion,
       member: memberName,
+      cluster: resolved.clusterName,
+      crc32: taken.crc32,
       durationSeconds,
       kept,
       pruned,
@@ -258,6 +273,46 @@ export async function runBackup(backup: EtcdBackup, deps: BackupDeps): Promise<B
 
 function mib(bytes: number): string {
   return `${(bytes / 1024 / 1024).toFixed(1)} MiB`;
+}
+
+/**
+ * Restores the backup just taken in a throwaway pod and records the outcome. A failed verification
+ * does not fail the backup (its object is in the store either way): it is reported in
+ * status.verification, a Warning Event and the verification gauge, and lastVerified stays put.
+ */
+async function verifyAndReport(backup: EtcdBackup, record: BackupRecord, deps: BackupDeps): Promise<void> {
+  let verification: Verification;
+  if (!deps.operatorImage) {
+    verification = {
+      succeeded: false,
+      time: new Date().toISOString(),
+      backupPath: record.path,
+      message: "this operator process was started without an operator image to run the verification pod with",
+    };
+  } else {
+    try {
+      verification = await verifyBackup(backup, record, { ...deps, operatorImage: deps.operatorImage });
+    } catch (error) {
+      deps.log.warn({ err: error, path: record.path }, "backup verification could not run");
+      verification = {
+        succeeded: false,
+        time: new Date().toISOString(),
+        backupPath: record.path,
+        message: `the verification could not run: ${error instanceof Error ? error.message : String(error)}`,
+      };
+    }
+  }
+  await deps.kube.patchBackupStatus(backup, {
+    verification,
+    ...(verification.succeeded ? { lastVerified: verification.time } : {}),
+  });
+  deps.log.info({ path: record.path, succeeded: verification.succeeded }, verification.message);
+  await deps.kube.event(
+    backup,
+    verification.succeeded ? "Normal" : "Warning",
+    verification.succeeded ? "BackupVerified" : "BackupVerificationFailed",
+    `${record.path}: ${verification.message}`,
+  );
 }
 
 /** A one-shot backup already taken for the current spec needs no second run (e.g. after a restart). */
@@ -293,6 +348,7 @@ export async function backupJob(
       reason: "",
       etcdVersion: record.etcdVersion,
       etcdRevision: record.revision,
+      keyCount: record.keyCount,
       lastSuccessDate: at.toISOString(),
       lastAttemptDate: at.toISOString(),
       backupPath: record.path,
@@ -317,6 +373,7 @@ export async function backupJob(
     const message = `backed up revision ${record.revision} (${mib(record.size)}, etcd ${record.etcdVersion}) from ${record.member} to ${record.path} in ${record.durationSeconds.toFixed(1)} s${pruned}`;
     deps.log.info({ path: record.path, size: record.size, revision: record.revision }, message);
     await deps.kube.event(backup, "Normal", "BackupSucceeded", message);
+    if (backup.spec.verification?.enabled) await verifyAndReport(backup, record, deps);
     return { kind: "done", record };
   } catch (error) {
     const message = error instanceof Error ? error.message : String(error);

@@ -47,7 +47,10 @@ export function createBackupProcessor(deps: BackupWorkerDeps) {
       try {
         const backup = await deps.kube.getBackup(namespace, name);
         if (backup && !inScope(backup, deps.config)) return { skipped: "out of scope" };
-        const result = await backupJob({ namespace, name, reason }, { kube: deps.kube, log, etcd });
+        const result = await backupJob(
+          { namespace, name, reason },
+          { kube: deps.kube, log, etcd, operatorImage: deps.config.operatorImage },
+        );
         return result.kind === "done" ? { path: result.record.path, size: result.record.size } : result;
       } catch (error) {
         if (error instanceof BackupSpecError) throw new UnrecoverableError(error.message);

@@ -110,3 +110,34 @@ export async function disarmAlarms(
     },
   );
 }
+
+/**
+ * How many keys the store held at `revision`, read from one member's own copy (serializable: a
+ * backup's member may be a follower). Undefined when that revision is compacted already.
+ */
+export async function countKeys(
+  endpoint: string,
+  revision: number,
+  options: EtcdClientOptions,
+): Promise<number | undefined> {
+  try {
+    return await withClient(endpoint, options, async (client) => {
+      const answer = await client.kv.range(
+        {
+          key: Buffer.from([0]),
+          range_end: Buffer.from([0]),
+          revision,
+          count_only: true,
+          serializable: true,
+        },
+        callOptions({ ...options, timeoutMs: Math.max(options.timeoutMs ?? 0, 30_000) }),
+      );
+      return Number(answer.count);
+    });
+  } catch (error) {
+    if (etcdError(error) === ERR_COMPACTED) return undefined;
+    throw new Error(`counting the keys at revision ${revision} on ${endpoint} failed: ${etcdError(error)}`, {
+      cause: error,
+    });
+  }
+}

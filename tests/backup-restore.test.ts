@@ -7,8 +7,16 @@
 import { createHash, randomBytes } from "node:crypto";
 import { join } from "node:path";
 import { crc32 } from "node:zlib";
-import { GetObjectCommand, ListObjectsV2Command, type S3Client } from "@aws-sdk/client-s3";
+import {
+  GetObjectCommand,
+  HeadObjectCommand,
+  ListObjectsV2Command,
+  PutObjectCommand,
+  type S3Client,
+} from "@aws-sdk/client-s3";
 import t from "tap";
+import { VERIFY_LABEL } from "../functions/verify-backup.ts";
+import { waitFor } from "../infra/local/kube-wait.ts";
 import { startOssServer } from "../infra/local/oss-server.ts";
 import { newestPatchOf } from "../shared/etcd-versions.ts";
 import {
@@ -20,8 +28,18 @@ import {
   refusedRestoresTouchNothing,
   roundTrip,
   s3SuiteStore,
+  writeKeys,
 } from "./helpers/backup-suite.ts";
-import { awsSecretData, createSecret, startClusterWithStore } from "./helpers/backups.ts";
+import {
+  awsSecretData,
+  createBackup,
+  createSecret,
+  eventSeen,
+  getBackup,
+  startClusterWithStore,
+  waitBackupOutcome,
+} from "./helpers/backups.ts";
+import { createCluster, waitReady } from "./helpers/clusters.ts";
 import { type OperatorProcess, startOperatorProcess } from "./helpers/operator-processes.ts";
 
 const NS = "default";
@@ -177,4 +195,91 @@ t.test("a corrupt, truncated or foreign backup is refused and the cluster untouc
 
 t.test("every member lost: the cluster comes back from its newest backup by itself", (t) =>
   everyMemberLostRestored(ctx, t, "alpha", 3),
+);
+
+t.test(
+  "verification: a backup restored in a throwaway pod matches its record; a corrupted one fails",
+  async (t) => {
+    await createCluster(c, NS, "delta", { size: 1, version: V36 });
+    await waitReady(c, NS, "delta", 1, 120_000);
+    const written = await writeKeys(ctx, "delta");
+    const spec = (path: string) => ({
+      etcdEndpoints: ["http://delta-client:2379"],
+      storageType: "S3",
+      s3: s3Section(path),
+      verification: { enabled: true },
+    });
+    await createBackup(c, NS, "delta-verified", spec("delta/good.backup"));
+    const status = await waitBackupOutcome(c, NS, "delta-verified");
+    t.equal(status.succeeded, true, "the backup succeeded");
+    t.ok(
+      (status.keyCount ?? 0) >= written.size,
+      `the backup recorded ${status.keyCount} keys at revision ${status.etcdRevision}`,
+    );
+    const verified = await waitFor(
+      "the verification",
+      async () => (await getBackup(c, NS, "delta-verified")).status?.verification,
+      { timeoutMs: 180_000, intervalMs: 500 },
+    );
+    t.equal(verified.succeeded, true, `verified: ${verified.message}`);
+    t.equal(verified.keyCount, status.keyCount, "the restored store holds the recorded key count");
+    t.ok((verified.revision ?? 0) >= (status.etcdRevision ?? Infinity), "at the backup's revision or later");
+    t.equal(verified.backupPath, status.backupPath);
+    t.equal(
+      (await getBackup(c, NS, "delta-verified")).status?.lastVerified,
+      verified.time,
+      "lastVerified set",
+    );
+    t.ok(
+      await eventSeen(c, NS, "EtcdBackup", "delta-verified", (e) => e.reason === "BackupVerified"),
+      "BackupVerified Event",
+    );
+    const leftover = await waitFor(
+      "the verification pod to go",
+      async () => {
+        const pods = await c.core.listNamespacedPod({ namespace: NS, labelSelector: VERIFY_LABEL });
+        return pods.items.length === 0 ? true : undefined;
+      },
+      { timeoutMs: 60_000, intervalMs: 500 },
+    );
+    t.ok(leftover, "no verification pod is left");
+
+    // Corrupt the object as soon as it is in the store (same size, one byte flipped): the backup
+    // itself succeeded, its verification must not.
+    const key = "delta/corrupted.backup";
+    await createBackup(c, NS, "delta-corrupted", spec(key));
+    await waitFor(
+      "the backup object",
+      async () =>
+        s3.send(new HeadObjectCommand({ Bucket: S3_BUCKET, Key: key })).then(
+          () => true,
+          () => undefined,
+        ),
+      { timeoutMs: 60_000, intervalMs: 20 },
+    );
+    const bytes = await objectBytes(key);
+    const middle = Math.floor(bytes.length / 2);
+  bytes.writeUInt8(bytes.readUInt8(middle) ^ 0xff, middle);
+    await s3.send(new PutObjectCommand({ Bucket: S3_BUCKET, Key: key, Body: bytes }));
+    const failed = await waitFor(
+      "the failed verification",
+      async () => (await getBackup(c, NS, "delta-corrupted")).status?.verification,
+      { timeoutMs: 180_000, intervalMs: 500 },
+    );
+    t.equal(failed.succeeded, false, "the corrupted backup fails its verification");
+    t.match(failed.message, /the backup failed its checks/, `why: ${failed.message}`);
+    const after = (await getBackup(c, NS, "delta-corrupted")).status;
+    t.equal(after?.succeeded, true, "the backup's own status stays a success (the object was written whole)");
+    t.notOk(after?.lastVerified, "no lastVerified for it");
+    t.ok(
+      await eventSeen(
+        c,
+        NS,
+        "EtcdBackup",
+        "delta-corrupted",
+        (e) => e.type === "Warning" && e.reason === "BackupVerificationFailed",
+      ),
+      "a Warning Event BackupVerificationFailed",
+    );
+  },
 );

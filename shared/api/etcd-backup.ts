@@ -176,6 +176,29 @@ export const EtcdBackupSpecSchema = Type.Object(
           "etcd-client.crt, etcd-client.key and etcd-client-ca.crt.",
       }),
     ),
+    verification: Type.Optional(
+      Type.Object(
+        {
+          enabled: Type.Optional(
+            Type.Boolean({
+              description:
+                "After each successful backup, restore it into a throwaway single-member etcd in a pod of " +
+                "this namespace (the operator image fetches and checks the object, etcdutl restores it, etcd " +
+                "starts on it), compare its revision and key count with what the backup recorded, and report " +
+                "the result in status.verification and status.lastVerified. Default false.",
+            }),
+          ),
+          timeoutInSecond: Type.Optional(
+            Type.Integer({
+              minimum: 30,
+              maximum: 86_400,
+              description: "How long a verification may take before it counts as failed. Default 600.",
+            }),
+          ),
+        },
+        { description: "Verifying backups by restoring them (an addition to the coreos API)." },
+      ),
+    ),
   },
   {
     description: "Which etcd cluster to back up, where to, and how often.",
@@ -219,6 +242,31 @@ export const EtcdBackupStatusSchema = Type.Object(
     ),
     lastAttemptDate: Type.Optional(
       Type.String({ description: "When the last backup attempt ended (RFC 3339)." }),
+    ),
+    keyCount: Type.Optional(
+      Type.Integer({
+        minimum: 0,
+        description: "How many keys the last successful backup holds at its revision, as etcd counted them.",
+      }),
+    ),
+    lastVerified: Type.Optional(
+      Type.String({ description: "When a backup last passed its verification (RFC 3339)." }),
+    ),
+    verification: Type.Optional(
+      Type.Object(
+        {
+          succeeded: Type.Boolean({ description: "Whether the last verification passed." }),
+          time: Type.String({ description: "When it ended (RFC 3339)." }),
+          backupPath: Type.String({ description: "The backup it restored." }),
+          revision: Type.Optional(Type.Integer({ description: "The restored store's revision." })),
+          keyCount: Type.Optional(
+            Type.Integer({ description: "The keys the restored store holds at the backup's revision." }),
+          ),
+          durationSeconds: Type.Optional(Type.Number({ description: "How long the verification took." })),
+          message: Type.String({ description: "What was checked, or why it failed." }),
+        },
+        { description: "The last verification of a backup (spec.verification)." },
+      ),
     ),
     backupCount: Type.Optional(
       Type.Integer({
