@@ -129,6 +129,21 @@ function rowsOf(bench: string, result: Result): Row[] {
         ...goalRow(result, "worker RSS (per worker)", workers, "MiB", rssGoal),
       ];
     }
+    case "defrag/defrag":
+      return [
+        ...goalRow(
+          result,
+          "longest write gap over the member's own defrag time (per member)",
+          result.gapOverDefrag,
+          "×",
+          {
+            atMost: num(field(result.goal, "gapOverDefragAtMost")) ?? 1,
+          },
+        ),
+        ...goalRow(result, "write pause at the leader move (per run)", result.leaderMoveGapMs, "ms", {
+          atMost: num(field(result.goal, "leaderMoveGapMsAtMost")) ?? 1000,
+        }),
+      ];
     default:
       return [];
   }

@@ -82,6 +82,14 @@ function table(file: ResultsFile): string[] {
         `${scenarioName(r)} took ${bound.backupOverStore}× that.`,
     );
   }
+  for (const r of file.results) {
+    if (!isSpread(r.defragMs) || !isSpread(r.gapMs)) continue;
+    lines.push(
+      "",
+      `${scenarioName(r)}: each member's defrag ${spread(scaled(r.defragMs, 1 / 1000))}, the longest write gap ` +
+        `around it ${spread(scaled(r.gapMs, 1 / 1000))}; ${r.acknowledgedWrites} acknowledged writes, ${r.lostWrites} lost.`,
+    );
+  }
   return lines;
 }
 
