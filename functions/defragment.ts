@@ -80,7 +80,7 @@ export async function defragmentOne(
   const done = await defragmentAndMeasure(deps, name, endpoint, dbSize);
   return {
     requeueAfterMs: 0,
-    defragmented: done,
+    defragmented: [done],
     event: {
       type: "Normal",
       reason: "MemberDefragmented",
@@ -118,7 +118,7 @@ export async function recoverSpace(
       `quota); compacting the history to revision ${revision}, defragmenting ${members.length} member(s), then disarming`,
     { key: `nospace.${revision}` },
   );
-  let done: LastDefragmentation | undefined;
+  const done: LastDefragmentation[] = [];
   try {
     const compacted = await compactHistory(memberEndpoints(observation), revision, deps.etcd);
     deps.log.info({ revision, compacted }, "history compacted");
@@ -126,7 +126,7 @@ export async function recoverSpace(
       const endpoint = endpointOf(observation, member.name);
       if (!endpoint) continue;
       await deps.guard();
-      done = await defragmentAndMeasure(deps, member.name, endpoint, member.status.dbSize ?? 0);
+      done.push(await defragmentAndMeasure(deps, member.name, endpoint, member.status.dbSize ?? 0));
     }
   } catch (error) {
     metrics.spaceRecoveries.inc({ result: "error" });

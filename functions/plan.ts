@@ -42,6 +42,7 @@ import {
   type EtcdCluster,
   type NormalizedSpec,
 } from "../shared/api/etcd-cluster.ts";
+import { previousCronTime } from "../shared/cron.ts";
 import { fragmentedPercent, NOSPACE, raisedAlarms } from "../shared/etcd-maintenance.ts";
 import type { EndpointStatus, MemberInfo } from "../shared/etcd-members.ts";
 import { compareVersions, downgradeProblem, minorOf, upgradePath } from "../shared/etcd-versions.ts";
@@ -471,20 +472,31 @@ function planMembers(o: Observation): Step {
  */
 function planDefragmentation(o: Observation, voters: MemberInfo[]): Step | undefined {
   const settings = o.spec.maintenance.defragmentation;
-  if (!settings.enabled || voters.length !== o.spec.size) return undefined;
+  if ((!settings.enabled && !settings.schedule) || voters.length !== o.spec.size) return undefined;
   const last = o.cluster.status?.lastDefragmentation;
   const recentlyDone = (pod: string) =>
     last?.member === pod && o.nowMs - Date.parse(last.finishedAt) < DEFRAG_COOLDOWN_MS;
+  // The schedule's latest time: a member that existed then and was not defragmented since is due.
+  const scheduledAt = settings.schedule ? previousCronTime(settings.schedule, o.nowMs) : undefined;
+  const doneAt = o.cluster.status?.memberDefragmentations ?? {};
+  const dueBySchedule = (pod: string) => {
+    if (scheduledAt === undefined) return false;
+    const created = o.pods.find((p) => p.name === pod)?.createdAtMs ?? o.nowMs;
+    return created <= scheduledAt && !(Date.parse(doneAt[pod] ?? "") >= scheduledAt);
+  };
   const candidates = voters
     .flatMap((member) => {
       const pod = memberPodName(member);
       const status = pod ? o.health.get(pod) : undefined;
-      if (!pod || !status?.ok || recentlyDone(pod)) return [];
+      if (!pod || !status?.ok) return [];
       const share = fragmentedPercent(status);
       const size = status.dbSize ?? 0;
-      return size >= settings.minimumBytes && share >= settings.thresholdPercent
-        ? [{ member, pod, size, share }]
-        : [];
+      const overThreshold =
+        settings.enabled &&
+        !recentlyDone(pod) &&
+        size >= settings.minimumBytes &&
+        share >= settings.thresholdPercent;
+      return overThreshold || dueBySchedule(pod) ? [{ member, pod, size, share }] : [];
     })
     .sort((a, b) => b.share - a.share);
   if (candidates.length === 0) return undefined;

@@ -379,9 +379,28 @@ export function clusterStatus(
       [...o.health.entries()].flatMap(([pod, s]) => (s.ok && s.version ? [[pod, s.version]] : [])).sort(),
     ),
     observedGeneration: generation,
-    lastDefragmentation: outcome.defragmented ?? previous.lastDefragmentation,
+    lastDefragmentation: outcome.defragmented?.at(-1) ?? previous.lastDefragmentation,
+    memberDefragmentations: memberDefragmentations(
+      podNames,
+      previous.memberDefragmentations,
+      outcome.defragmented,
+    ),
     lastSpaceRecovery: outcome.spaceRecovery ?? previous.lastSpaceRecovery,
   };
+}
+
+/** When each current member was last defragmented: the previous record, plus this step's, less members gone. */
+function memberDefragmentations(
+  members: string[],
+  previous: Record<string, string> | undefined,
+  done: { member: string; finishedAt: string }[] | undefined,
+): Record<string, string> | undefined {
+  const record: Record<string, string> = {};
+  for (const member of members) {
+    const at = done?.findLast((d) => d.member === member)?.finishedAt ?? previous?.[member];
+    if (at) record[member] = at;
+  }
+  return Object.keys(record).length > 0 ? record : undefined;
 }
 
 /**

@@ -50,8 +50,8 @@ export interface StepOutcome {
    * next look finds the change made. Reconcile then only logs it and puts it in the status.
    */
   announced?: boolean;
-  /** A member was defragmented: recorded in status.lastDefragmentation. */
-  defragmented?: EtcdClusterStatus["lastDefragmentation"];
+  /** Members defragmented, in order: status.lastDefragmentation and memberDefragmentations. */
+  defragmented?: NonNullable<EtcdClusterStatus["lastDefragmentation"]>[];
   /** A recovery from NOSPACE ran: recorded in status.lastSpaceRecovery. */
   spaceRecovery?: EtcdClusterStatus["lastSpaceRecovery"];
 }

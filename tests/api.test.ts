@@ -116,6 +116,17 @@ tap.test(
       [],
       "16 MiB is the smallest quota",
     );
+    t.match(problems({ maintenance: { defragmentation: { schedule: "0 3 * *" } } }), [
+      /spec\.maintenance\.defragmentation\.schedule "0 3 \* \*" is not a cron schedule of five fields .*: it needs exactly five fields/,
+    ]);
+    t.match(problems({ maintenance: { defragmentation: { schedule: "61 3 * * *" } } }), [
+      /is not a cron schedule.*61/,
+    ]);
+    t.same(
+      problems({ maintenance: { defragmentation: { schedule: "0 3 * * 0" } } }),
+      [],
+      "a weekly schedule",
+    );
   },
 );
 

@@ -259,7 +259,7 @@ t.test(
     );
     const bytes = await objectBytes(key);
     const middle = Math.floor(bytes.length / 2);
-  bytes.writeUInt8(bytes.readUInt8(middle) ^ 0xff, middle);
+    bytes.writeUInt8(bytes.readUInt8(middle) ^ 0xff, middle);
     await s3.send(new PutObjectCommand({ Bucket: S3_BUCKET, Key: key, Body: bytes }));
     const failed = await waitFor(
       "the failed verification",

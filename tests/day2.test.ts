@@ -332,3 +332,39 @@ t.test("defragmentation: one member at a time, the leader last, under a quorum w
   );
   t.equal(condition(status, "Available")?.status, "True");
 });
+
+t.test("a defragmentation schedule: every member once at the schedule's time, the leader last", async (t) => {
+  await createCluster(c, NS, "sched", {
+    size: 3,
+    maintenance: { defragmentation: { enabled: false, schedule: "* * * * *" } },
+  });
+  await waitReady(c, NS, "sched", 3, 120_000);
+  const created = Date.now();
+  // The first minute boundary after the members exist is the schedule's first time for them.
+  const firstTime = Math.ceil(created / 60_000) * 60_000;
+  const status = await waitFor(
+    "every member defragmented by the schedule",
+    async () => {
+      const s = (await getCluster(c, NS, "sched")).status;
+      const done = Object.values(s?.memberDefragmentations ?? {}).filter((at) => Date.parse(at) >= firstTime);
+      return done.length === 3 ? s : undefined;
+    },
+    { timeoutMs: 150_000, intervalMs: 500 },
+  );
+  const pods = (await core.listNamespacedPod({ namespace: NS, labelSelector: "etcd_cluster=sched" })).items;
+  t.same(
+    Object.keys(status?.memberDefragmentations ?? {}).sort(),
+    pods.map((p) => p.metadata?.name).sort(),
+    "status.memberDefragmentations names every member",
+  );
+  const events = await eventsOf(c, NS, "EtcdCluster", "sched");
+  t.ok(
+    events.filter((e) => e.reason === "MemberDefragmented").length >= 3,
+    "each defragmentation is an Event",
+  );
+  t.ok(
+    events.some((e) => e.reason === "LeaderMoved" && /defragmented last/.test(e.message ?? "")),
+    "the leader was done last, after leadership moved",
+  );
+  t.equal(condition(status, "Available")?.status, "True");
+});

@@ -921,3 +921,66 @@ t.test("defragmentation: over the threshold, followers first, the leader last as
     "not while the cluster is short of a member",
   );
 });
+
+t.test(
+  "a defragmentation schedule: every member once per time, leader last, new members left out",
+  async (t) => {
+    const world = three();
+    // NOW is 1970-01-12T13:46:40Z, the pods were created at 13:36:40; the schedule's latest time is 13:40.
+    const scheduledAt = Date.UTC(1970, 0, 12, 13, 40);
+    const withSchedule = {
+      ...spec(3),
+      maintenance: {
+        defragmentation: { enabled: false, thresholdPercent: 50, minimumBytes: 0, schedule: "40 13 * * *" },
+      },
+    };
+    const compact = (): [string, EndpointStatus][] => [
+      sized("a", "1", 10, 10),
+      sized("b", "1", 10, 10),
+      sized("c", "1", 10, 10),
+    ];
+    const planWith = (done: Record<string, string>, extra: Partial<Observation> = {}) =>
+      planNextStep(
+        observation({
+          size: 3,
+          ...world,
+          spec: withSchedule,
+          health: new Map(compact()),
+          cluster: { ...observation({ size: 3 }).cluster, status: { memberDefragmentations: done } },
+          ...extra,
+        }),
+      );
+    t.match(
+      planWith({}),
+      { kind: "defragment-member", name: "b" },
+      "a follower first, though nothing is fragmented",
+    );
+    const before = new Date(scheduledAt - 60_000).toISOString();
+    const after = new Date(scheduledAt + 60_000).toISOString();
+    t.match(
+      planWith({ a: before, b: after }),
+      { kind: "defragment-member", name: "c" },
+      "then the other follower",
+    );
+    t.match(
+      planWith({ a: before, b: after, c: after }),
+      { kind: "move-leader", fromId: "1" },
+      "then leadership moves",
+    );
+    t.same(planWith({ a: after, b: after, c: after }).kind, "steady", "all done since the schedule's time");
+    t.same(
+      planWith(
+        {},
+        {
+          pods: [
+            pod("a", { createdAtMs: scheduledAt + 1 }),
+            pod("b", { createdAtMs: scheduledAt + 1 }),
+            pod("c", { createdAtMs: scheduledAt + 1 }),
+          ],
+        },
+      ).kind,
+      "steady",
+      "members created after the schedule's time are left out",
+    );
+  },
+);

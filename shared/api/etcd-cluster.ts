@@ -451,7 +451,8 @@ export const DefragmentationSchema = Type.Object(
     enabled: Type.Optional(
       Type.Boolean({
         description:
-          "Whether the operator defragments fragmented members on its own (default true). A defragmentation " +
+          "Whether the operator defragments members whose free share passes thresholdPercent (default true; " +
+          "a schedule works either way). A defragmentation " +
           "blocks reads and writes on that one member for its duration (seconds per GiB), so members are done " +
           "one at a time, followers first and the leader last, after leadership moved to a defragmented member.",
       }),
@@ -471,6 +472,16 @@ export const DefragmentationSchema = Type.Object(
         description:
           "Members whose database file is smaller than this many bytes are left alone, whatever their free " +
           `share (a small file costs little). Default ${DEFAULT_DEFRAG_MINIMUM_BYTES} (64 MiB).`,
+      }),
+    ),
+    schedule: Type.Optional(
+      Type.String({
+        maxLength: 100,
+        description:
+          'A cron schedule in UTC (five fields, e.g. "0 3 * * 0" for Sundays at 03:00): at each of its times every ' +
+          "member is defragmented once, whatever its free share, one at a time and the leader last. Members " +
+          "created after that time are left out (they start with a compact file). A time missed while the " +
+          "operator was down is caught up when it is back; the threshold goes on working between times.",
       }),
     ),
   },
@@ -684,6 +695,11 @@ export const EtcdClusterStatusSchema = Type.Object(
         { description: "The operator's last recovery from etcd's NOSPACE alarm." },
       ),
     ),
+    memberDefragmentations: Type.Optional(
+      Type.Record(Type.String(), Type.String(), {
+        description: "When the operator last defragmented each member (RFC 3339), by member (pod) name.",
+      }),
+    ),
     lastDefragmentation: Type.Optional(
       Type.Object(
         {
@@ -726,7 +742,7 @@ export interface NormalizedSpec {
 /** spec.maintenance with its defaults filled in. */
 export interface NormalizedMaintenance {
   quotaBackendBytes?: number;
-  defragmentation: { enabled: boolean; thresholdPercent: number; minimumBytes: number };
+  defragmentation: { enabled: boolean; thresholdPercent: number; minimumBytes: number; schedule?: string };
 }
 
 export type SpecValidation =

@@ -2,6 +2,7 @@
 // (supported etcd minors, reserved names, the operator's own flags) with messages a person
 // understands, and the spec with its defaults filled in for the reconcile functions.
 import { Value } from "@sinclair/typebox/value";
+import { cronProblem } from "../cron.ts";
 import { DEFAULT_ETCD_VERSION, ETCD_VERSIONS, minorOf } from "../etcd-versions.ts";
 import {
   DEFAULT_BUSYBOX_IMAGE,
@@ -119,6 +120,7 @@ export function normalizedMaintenance(maintenance: Maintenance | undefined): Nor
       minimumBytes: defrag?.minimumBytes ?? DEFAULT_DEFRAG_MINIMUM_BYTES,
     },
   };
+  if (defrag?.schedule) normalized.defragmentation.schedule = defrag.schedule;
   if (maintenance?.quotaBackendBytes !== undefined)
     normalized.quotaBackendBytes = maintenance.quotaBackendBytes;
   return normalized;
@@ -173,6 +175,16 @@ function checkMaintenance(maintenance: unknown, pod: unknown, problems: Problem[
       path: `${at}.thresholdPercent`,
       message: `${at}.thresholdPercent must be a whole percentage from 1 to 99 (got ${show(threshold)})`,
     });
+  }
+  const schedule = defrag.schedule;
+  if (schedule !== undefined) {
+    const problem = typeof schedule === "string" ? cronProblem(schedule) : "it must be a string";
+    if (problem) {
+      problems.push({
+        path: `${at}.schedule`,
+        message: `${at}.schedule ${show(schedule)} is not a cron schedule of five fields (minute hour day-of-month month day-of-week, in UTC, e.g. "0 3 * * 0"): ${problem}`,
+      });
+    }
   }
   const minimum = defrag.minimumBytes;
   if (minimum !== undefined && (typeof minimum !== "number" || !Number.isInteger(minimum) || minimum < 0)) {
