@@ -12,7 +12,6 @@
 // Goals: no gap longer than the member's own defrag (a follower's: its writes wait for it), and
 // at the leader move a gap under 1 s.
 // One JSON object on stdout (progress on stderr); never part of the default tests.
-import { readFileSync } from "node:fs";
 import { parseArgs } from "node:util";
 import { waitFor } from "../infra/local/kube-wait.ts";
 import { newestPatchOf } from "../shared/etcd-versions.ts";
@@ -25,8 +24,9 @@ import {
   patchSpec,
   waitReady,
 } from "../tests/helpers/clusters.ts";
+import { leaderMovePause, longestGapAround, maintenanceLog } from "../tests/helpers/defrag-windows.ts";
 import { type OperatorProcess, startOperatorProcess } from "../tests/helpers/operator-processes.ts";
-import { type AcknowledgedWrite, missingWrites, startWriter } from "../tests/helpers/writer.ts";
+import { missingWrites, startWriter } from "../tests/helpers/writer.ts";
 import { operatorBuild } from "./operator-entry.ts";
 import { saveResults } from "./results.ts";
 import { keepLogs, load, summary, warmMachineMemory } from "./stats.ts";
@@ -54,63 +54,6 @@ const { local: cluster, clients: c } = await startClusterWithStore({
   log: () => {},
 });
 const worker: OperatorProcess = startOperatorProcess(cluster, "all", { LOG_LEVEL: "info" }, operator.entry);
-
-interface LogLine {
-  time: number;
-  msg?: string;
-  member?: string;
-  seconds?: number;
-  reason?: string;
-  cluster?: string;
-}
-
-/** The operator's log lines about one cluster since `sinceMs`. */
-function logLines(clusterName: string, sinceMs: number): LogLine[] {
-  return readFileSync(worker.logFile, "utf8")
-    .split("\n")
-    .flatMap((line) => {
-      try {
-        const parsed = JSON.parse(line) as LogLine;
-        return parsed.cluster === `${NS}/${clusterName}` && parsed.time >= sinceMs ? [parsed] : [];
-      } catch {
-        return [];
-      }
-    });
-}
-
-/** The longest time without an acknowledgement that overlaps [from, to]. */
-function longestGapAround(acks: readonly AcknowledgedWrite[], from: number, to: number): number {
-  let longest = 0;
-  for (let i = 1; i < acks.length; i++) {
-    const before = acks[i - 1]?.atMs ?? 0;
-    const after = acks[i]?.atMs ?? 0;
-    if (after >= from && before <= to) longest = Math.max(longest, after - before);
-  }
-  return longest;
-}
-
-/**
- * The writes' pause the leader move itself caused: from the later of the last acknowledgement
- * before it and the end of the defrag before it (whose stall is that defrag's own) to the first
- * acknowledgement after it or the start of the next defrag, whichever comes first. The move is
- * logged once etcd answered it.
- */
-function moveGap(acks: readonly AcknowledgedWrite[], movedAt: number, lines: readonly LogLine[]): number {
-  const lastBefore = [...acks].reverse().find((a) => a.atMs <= movedAt)?.atMs ?? movedAt;
-  const defragEnd = Math.max(
-    0,
-    ...lines.filter((l) => l.msg === "member defragmented" && l.time <= movedAt).map((l) => l.time),
-  );
-  // Nor the stall of the defrag after it, which starts at once.
-  const nextStart = Math.min(
-    Number.POSITIVE_INFINITY,
-    ...lines
-      .filter((l) => l.msg === "member defragmented" && l.time > movedAt)
-      .map((l) => l.time - (l.seconds ?? 0) * 1000),
-  );
-  const firstAfter = acks.find((a) => a.atMs > movedAt)?.atMs ?? movedAt;
-  return Math.max(0, Math.min(firstAfter, nextStart) - Math.max(lastBefore, defragEnd));
-}
 
 async function oneRun(index: number) {
   const name = `frag-${index}`;
@@ -168,19 +111,14 @@ async function oneRun(index: number) {
   const written = await writer.stop();
   const lost = await missingWrites(hosts, written.acknowledged);
   const acks = [...written.acknowledged].sort((a, b) => a.atMs - b.atMs);
-  const lines = logLines(name, switchedOn);
-  const defrags = lines
-    .filter((l) => l.msg === "member defragmented" && typeof l.seconds === "number")
-    .map((l) => {
-      const ms = (l.seconds ?? 0) * 1000;
-      return {
-        member: l.member ?? "",
-        defragMs: Math.round(ms),
-        gapMs: longestGapAround(acks, l.time - ms, l.time),
-      };
-    });
-  const move = lines.find((l) => l.reason === "LeaderMoved");
-  const leaderMoveGapMs = move ? moveGap(acks, move.time, lines) : undefined;
+  const log = maintenanceLog(worker.logFile, `${NS}/${name}`, switchedOn);
+  const defrags = log.defrags.map((d) => ({
+    member: d.member,
+    defragMs: Math.round(d.endMs - d.startMs),
+    gapMs: longestGapAround(acks, d.startMs, d.endMs),
+  }));
+  const movedAt = log.leaderMovesMs[0];
+  const leaderMoveGapMs = movedAt === undefined ? undefined : leaderMovePause(acks, movedAt, log.defrags);
   const overallGapMs = written.longestGapMs;
   progress(
     `${name}: ${defrags.map((d) => `${d.member} ${d.defragMs} ms (gap ${d.gapMs} ms)`).join(", ")}; ` +

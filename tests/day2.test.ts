@@ -23,6 +23,7 @@ import {
   patchSpec,
   waitReady,
 } from "./helpers/clusters.ts";
+import { leaderMovePause, longestGapAround, maintenanceLog } from "./helpers/defrag-windows.ts";
 import { type OperatorProcess, startOperatorProcess } from "./helpers/operator-processes.ts";
 import { missingWrites, startWriter } from "./helpers/writer.ts";
 
@@ -307,6 +308,18 @@ t.test("defragmentation: one member at a time, the leader last, under a quorum w
   t.comment(
     `quorum writer: ${result.acknowledged.length} of ${result.attempted} puts acknowledged, longest gap ${result.longestGapMs} ms`,
   );
+  const acks = [...result.acknowledged].sort((a, b) => a.atMs - b.atMs);
+  const log = maintenanceLog(processes[0]?.logFile ?? "", `${NS}/frag`);
+  t.equal(log.defrags.length, 3, "the operator's log has the three defragmentations");
+  for (const d of log.defrags) {
+    const gap = longestGapAround(acks, d.startMs, d.endMs);
+    t.comment(
+      `${d.member}: defragmented in ${Math.round(d.endMs - d.startMs)} ms, longest write gap around it ${gap} ms`,
+    );
+  }
+  const movedAt = log.leaderMovesMs[0];
+  if (movedAt !== undefined)
+    t.comment(`pause at the leader move: ${leaderMovePause(acks, movedAt, log.defrags)} ms`);
   t.ok(result.acknowledged.length > 0, "writes went on during the defragmentations");
 
   const after = await memberStatuses(hosts);
