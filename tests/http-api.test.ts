@@ -42,18 +42,19 @@ const clusterObject = (name: string, namespace = NS, size = 3) => ({
   metadata: { name, namespace },
   spec: { size, version: "3.7.3" },
 });
+async function patchStatus(plural: string, name: string, status: object): Promise<void> {
+  await custom.patchNamespacedCustomObjectStatus(
+    { group: GROUP, version: VERSION, namespace: NS, plural, name, body: { status } },
+    MERGE_PATCH,
+  );
+}
 await createObject(NS, "etcdclusters", clusterObject("alpha"));
-await custom.patchNamespacedCustomObjectStatus(
-  {
-    group: GROUP,
-    version: VERSION,
-    namespace: NS,
-    plural: "etcdclusters",
-    name: "alpha",
-    body: { status: { phase: "Running", size: 3, readyMembers: 2, currentVersion: "3.7.3" } },
-  },
-  MERGE_PATCH,
-);
+await patchStatus("etcdclusters", "alpha", {
+  phase: "Running",
+  size: 3,
+  readyMembers: 2,
+  currentVersion: "3.7.3",
+});
 await core.createNamespace({ body: { metadata: { name: "elsewhere" } } });
 await createObject("elsewhere", "etcdclusters", clusterObject("beta", "elsewhere"));
 const s3 = { storageType: "S3", s3: { path: "backups/alpha.db", awsSecret: "aws" } };
@@ -69,6 +70,38 @@ await createObject(NS, "etcdbackups", {
   metadata: { name: "bad-container" },
   spec: { storageType: "ABS", abs: { path: "My_Container/alpha.db", absSecret: "azure" } },
 });
+
+// For the gauges: a periodic backup whose last verification failed, and restores done, failed and
+// under way.
+await createObject(NS, "etcdbackups", {
+  apiVersion: `${GROUP}/${VERSION}`,
+  kind: "EtcdBackup",
+  metadata: { name: "hourly" },
+  spec: { ...s3, backupPolicy: { backupIntervalInSecond: 3600 } },
+});
+await patchStatus("etcdbackups", "hourly", {
+  succeeded: true,
+  lastSuccessDate: new Date().toISOString(),
+  verification: {
+    succeeded: false,
+    time: new Date().toISOString(),
+    backupPath: "s3://backups/alpha.db",
+    message: "the object's CRC-32 is not the one recorded",
+  },
+});
+for (const [name, phase] of [
+  ["restored", "Completed"],
+  ["broken", "Failed"],
+  ["underway", "Staging"],
+] as const) {
+  await createObject(NS, "etcdrestores", {
+    apiVersion: `${GROUP}/${VERSION}`,
+    kind: "EtcdRestore",
+    metadata: { name },
+    spec: { etcdCluster: { name }, backupStorageType: "S3", s3: s3.s3 },
+  });
+  await patchStatus("etcdrestores", name, { phase });
+}
 
 const server = await testServer(cluster, kc);
 t.teardown(() => server.close());
@@ -529,30 +562,49 @@ t.test("the static token is accepted (constant-time compare) and needs no RBAC",
   t.equal((await call({ method: "GET", url: CLUSTER, headers: bearer(almost) })).status, 401);
 });
 
-t.test("metrics: members per cluster in scope, queue depth, requests; behind a token", async (t) => {
-  const metrics = await call({ method: "GET", url: "/metrics", headers: bearer(permitted.token) });
-  t.equal(metrics.status, 200);
-  t.match(metrics.headers["content-type"], /^text\/plain/);
-  const text = metrics.body;
-  t.match(text, /^etcd_operator_cluster_members\{namespace="default",cluster="alpha"\} 3$/m);
-  t.match(text, /^etcd_operator_cluster_ready_members\{namespace="default",cluster="alpha"\} 2$/m);
-  t.match(text, /^etcd_operator_cluster_desired_members\{namespace="default",cluster="alpha"\} 3$/m);
-  t.notMatch(text, /cluster="beta"/, "clusters outside the operator's scope are not reported");
-  t.match(text, /^etcd_operator_queue_jobs\{queue="etcd-reconcile",state="wait"\} 1$/m);
-  t.match(
-    text,
-    /^etcd_operator_queue_jobs\{queue="etcd-reconcile",state="delayed"\} 1$/m,
-    "gamma, from the webhook",
-  );
-  t.match(text, /^etcd_operator_queue_jobs\{queue="etcd-backup",state="wait"\} 1$/m);
-  t.match(text, /^etcd_operator_queue_oldest_new_job_wait_seconds\{queue="etcd-reconcile"\} \d/m);
-  t.match(text, /^etcd_operator_scrape_source_up\{source="clusters"\} 1$/m);
-  t.match(
-    text,
-    /^etcd_operator_http_requests_total\{method="POST",route="\/v1\/namespaces\/:ns\/etcdclusters\/:name\/reconcile",status="202"\} 2$/m,
-  );
-  t.match(text, /^process_cpu_seconds_total /m, "process metrics too");
-});
+t.test(
+  "metrics: members per cluster in scope, backups, restores, queue depth, requests; behind a token",
+  async (t) => {
+    const metrics = await call({ method: "GET", url: "/metrics", headers: bearer(permitted.token) });
+    t.equal(metrics.status, 200);
+    t.match(metrics.headers["content-type"], /^text\/plain/);
+    const text = metrics.body;
+    t.match(text, /^etcd_operator_cluster_members\{namespace="default",cluster="alpha"\} 3$/m);
+    t.match(text, /^etcd_operator_cluster_ready_members\{namespace="default",cluster="alpha"\} 2$/m);
+    t.match(text, /^etcd_operator_cluster_desired_members\{namespace="default",cluster="alpha"\} 3$/m);
+    t.notMatch(text, /cluster="beta"/, "clusters outside the operator's scope are not reported");
+    t.match(text, /^etcd_operator_queue_jobs\{queue="etcd-reconcile",state="wait"\} 1$/m);
+    t.match(
+      text,
+      /^etcd_operator_queue_jobs\{queue="etcd-reconcile",state="delayed"\} 1$/m,
+      "gamma, from the webhook",
+    );
+    t.match(text, /^etcd_operator_queue_jobs\{queue="etcd-backup",state="wait"\} 1$/m);
+    t.match(text, /^etcd_operator_queue_oldest_new_job_wait_seconds\{queue="etcd-reconcile"\} \d/m);
+    t.match(text, /^etcd_operator_scrape_source_up\{source="clusters"\} 1$/m);
+    t.match(text, /^etcd_operator_backup_interval_seconds\{namespace="default",backup="hourly"\} 3600$/m);
+    t.notMatch(
+      text,
+      /^etcd_operator_backup_interval_seconds\{[^}]*backup="nightly"/m,
+      "none for a one-shot backup",
+    );
+    t.match(text, /^etcd_operator_backup_verification_succeeded\{namespace="default",backup="hourly"\} 0$/m);
+    t.notMatch(
+      text,
+      /^etcd_operator_backup_verification_succeeded\{[^}]*backup="nightly"/m,
+      "none before a verification",
+    );
+    t.match(text, /^etcd_operator_restore_succeeded\{namespace="default",restore="restored"\} 1$/m);
+    t.match(text, /^etcd_operator_restore_succeeded\{namespace="default",restore="broken"\} 0$/m);
+    t.notMatch(text, /restore="underway"/, "none while a restore runs");
+    t.match(text, /^etcd_operator_scrape_source_up\{source="restores"\} 1$/m);
+    t.match(
+      text,
+      /^etcd_operator_http_requests_total\{method="POST",route="\/v1\/namespaces\/:ns\/etcdclusters\/:name\/reconcile",status="202"\} 2$/m,
+    );
+    t.match(text, /^process_cpu_seconds_total /m, "process metrics too");
+  },
+);
 
 t.test("the other roles' listener serves health and their own metrics only", async (t) => {
   const probes = await testServer(cluster, kc, { mode: "probes" });

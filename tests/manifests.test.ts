@@ -5,12 +5,14 @@
 // chaos mode is set on the scheduler alone, and only with the chaos component or values;
 // the RBAC of each overlay, applied for real, is enough for the operator to run a cluster as that
 // ServiceAccount and no more than intended; KEDA's list key is the one BullMQ fills. The Dockerfile
-// and docker-compose.yml are checked by parsing (no Docker here).
+// and docker-compose.yml are checked by parsing (no Docker here). (The alerts' rules themselves:
+// tests/alerts.test.ts.)
 //
 // Only dry runs for the operator's Deployments: their image cannot be built or pulled here (no
 // Docker, no registry), so they could never start. KEDA and the Prometheus Operator are not
-// installed either: this test installs small stand-in CRDs for ScaledObject and ServiceMonitor
-// (their group, version, kind and the fields we set, typed) so the server can dry-run those objects.
+// installed either: this test installs small stand-in CRDs for ScaledObject, ServiceMonitor and
+// PrometheusRule (their group, version, kind and the fields we set, typed) so the server can dry-run
+// those objects.
 import { spawnSync } from "node:child_process";
 import { mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
@@ -301,22 +303,56 @@ const SERVICE_MONITOR = standInCrd("monitoring.coreos.com", "v1", "ServiceMonito
   },
 });
 
-await t.test("stand-in CRDs for KEDA's ScaledObject and the ServiceMonitor install", async (t) => {
-  const out = kubectl(
-    ["apply", "-f", "-"],
-    [KEDA_SCALED_OBJECT, SERVICE_MONITOR].map((o) => JSON.stringify(o)).join("\n"),
-  );
-  t.match(out, /scaledobjects\.keda\.sh created/);
-  kubectl([
-    "wait",
-    "--for=condition=Established",
-    "--timeout=60s",
-    "crd/scaledobjects.keda.sh",
-    "crd/servicemonitors.monitoring.coreos.com",
-  ]);
-  // The namespace objects go into; a dry run cannot create it for the objects that follow.
-  kubectl(["create", "namespace", NAMESPACE]);
+const PROMETHEUS_RULE = standInCrd("monitoring.coreos.com", "v1", "PrometheusRule", "prometheusrules", {
+  type: "object",
+  properties: {
+    groups: {
+      type: "array",
+      items: {
+        type: "object",
+        required: ["name", "rules"],
+        properties: {
+          name: { type: "string" },
+          rules: {
+            type: "array",
+            items: {
+              type: "object",
+              required: ["expr"],
+              properties: {
+                alert: { type: "string" },
+                expr: { type: "string" },
+                for: { type: "string" },
+                labels: stringMap,
+                annotations: stringMap,
+              },
+            },
+          },
+        },
+      },
+    },
+  },
 });
+
+await t.test(
+  "stand-in CRDs for KEDA's ScaledObject, the ServiceMonitor and the PrometheusRule install",
+  async (t) => {
+    const out = kubectl(
+      ["apply", "-f", "-"],
+      [KEDA_SCALED_OBJECT, SERVICE_MONITOR, PROMETHEUS_RULE].map((o) => JSON.stringify(o)).join("\n"),
+    );
+    t.match(out, /scaledobjects\.keda\.sh created/);
+    kubectl([
+      "wait",
+      "--for=condition=Established",
+      "--timeout=60s",
+      "crd/scaledobjects.keda.sh",
+      "crd/servicemonitors.monitoring.coreos.com",
+      "crd/prometheusrules.monitoring.coreos.com",
+    ]);
+    // The namespace objects go into; a dry run cannot create it for the objects that follow.
+    kubectl(["create", "namespace", NAMESPACE]);
+  },
+);
 
 // ---------------------------------------------------------------------------------------------------------
 // Plain manifests and kustomize
@@ -593,12 +629,13 @@ for (const overlay of overlays) {
 }
 
 await t.test(
-  "overlays with the KEDA, metrics and chaos components render and pass a server-side dry run",
+  "overlays with the KEDA, metrics, alerts and chaos components render and pass a server-side dry run",
   async (t) => {
     for (const overlay of ["namespaced", "cluster-wide"]) {
       const yaml = kustomizeWith(`manifests/overlays/${overlay}`, [
         "manifests/components/keda",
         "manifests/components/metrics",
+        "manifests/components/alerts",
         "manifests/components/chaos",
       ]);
       const objects = yamlObjects(yaml);
@@ -608,6 +645,7 @@ await t.test(
         { keda: true, chaos: { level: "1", intervalMs: "30000" } },
       );
       t.equal(ofKind(objects, "ServiceMonitor").length, 1, "a ServiceMonitor");
+      t.equal(ofKind(objects, "PrometheusRule").length, 1, "a PrometheusRule");
       const lines = dryRun(yaml);
       t.equal(lines.length, objects.length, `${overlay}: ${lines.length} objects accepted`);
     }
@@ -638,7 +676,7 @@ await t.test("helm lint passes for the default, cluster-wide and everything-on v
     ["--set", "scope=cluster-wide"],
     [
       "--set",
-      "keda.enabled=true,metrics.serviceMonitor.enabled=true,redis.bundled=false,redis.url=rediss://redis.example:6380,chaos.level=10",
+      "keda.enabled=true,metrics.serviceMonitor.enabled=true,prometheusRule.enabled=true,redis.bundled=false,redis.url=rediss://redis.example:6380,chaos.level=10",
     ],
   ]) {
     const result = run(helm, ["lint", "--strict", "charts/etcd-operator", ...values]);
@@ -681,10 +719,10 @@ const charts: {
   },
   { name: "scope=cluster-wide", args: ["--set", "scope=cluster-wide"], clusterWide: true },
   {
-    name: "external Redis, KEDA, ServiceMonitor, replicas, resources",
+    name: "external Redis, KEDA, ServiceMonitor, PrometheusRule, replicas, resources",
     args: [
       "--set",
-      "keda.enabled=true,metrics.serviceMonitor.enabled=true,redis.bundled=false,redis.url=redis://redis.example:6379,replicas.http=1,resources.worker.limits.memory=1Gi",
+      "keda.enabled=true,metrics.serviceMonitor.enabled=true,prometheusRule.enabled=true,redis.bundled=false,redis.url=redis://redis.example:6379,replicas.http=1,resources.worker.limits.memory=1Gi",
     ],
     clusterWide: false,
     keda: true,

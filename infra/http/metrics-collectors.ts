@@ -1,12 +1,13 @@
 // Gauges computed when /metrics is scraped, from the objects themselves, so they are right in
-// whichever process serves them: members per cluster (from each EtcdCluster's status), backup age and
-// size (from each EtcdBackup's status), and queue depth and wait (from BullMQ). One scrape lists each
-// kind once. A source that cannot be read drops its series and reports 0 in
-// etcd_operator_scrape_source_up instead of failing the whole scrape.
+// whichever process serves them: members per cluster (from each EtcdCluster's status), backup age,
+// size, interval and verification (from each EtcdBackup), a restore's outcome (from each
+// EtcdRestore's status), and queue depth and wait (from BullMQ). One scrape lists each kind once. A
+// source that cannot be read drops its series and reports 0 in etcd_operator_scrape_source_up
+// instead of failing the whole scrape.
+import type { V1ObjectMeta } from "@kubernetes/client-node";
 import type { Queue } from "bullmq";
 import { Gauge, Registry } from "prom-client";
-import { BACKUP_PLURAL, type EtcdBackup } from "../../shared/api/etcd-backup.ts";
-import { type EtcdCluster, GROUP, VERSION } from "../../shared/api/etcd-cluster.ts";
+import type { EtcdBackup } from "../../shared/api/etcd-backup.ts";
 import type { OperatorConfig } from "../../shared/config.ts";
 import type { Kube } from "../../shared/kube.ts";
 import type { Logger } from "../../shared/log.ts";
@@ -38,6 +39,16 @@ function backupSize(backup: EtcdBackup): number | undefined {
   return typeof status.backupSize === "number" ? status.backupSize : undefined;
 }
 
+/** Whether the last verification of a backup passed (status.verification.succeeded), once there was one. */
+function verificationSucceeded(backup: EtcdBackup): number | undefined {
+  const status: Record<string, unknown> = { ...(backup.status ?? {}) };
+  const verification = status.verification;
+  if (typeof verification !== "object" || verification === null || !("succeeded" in verification)) {
+    return undefined;
+  }
+  return typeof verification.succeeded === "boolean" ? Number(verification.succeeded) : undefined;
+}
+
 export function worldMetricsRegistry(sources: WorldSources): Registry {
   const registry = new Registry();
   const registers = [registry];
@@ -46,7 +57,7 @@ export function worldMetricsRegistry(sources: WorldSources): Registry {
 
   const sourceUp = new Gauge({
     name: `${METRIC_PREFIX}scrape_source_up`,
-    help: "1 when the source (clusters, backups, queue) could be read for this scrape, 0 when not.",
+    help: "1 when the source (clusters, backups, restores, queue) could be read for this scrape, 0 when not.",
     labelNames: ["source"],
     registers,
   });
@@ -78,43 +89,36 @@ export function worldMetricsRegistry(sources: WorldSources): Registry {
     attempt("clusters", async () => (await kube.listClusters(namespace)).filter((c) => inScope(c, config))),
   );
   const backups = shared(1_000, () =>
-    attempt("backups", async () => {
-      const list = (
-        namespace
-          ? await kube.custom.listNamespacedCustomObject({
-              group: GROUP,
-              version: VERSION,
-              namespace,
-              plural: BACKUP_PLURAL,
-            })
-          : await kube.custom.listClusterCustomObject({
-              group: GROUP,
-              version: VERSION,
-              plural: BACKUP_PLURAL,
-            })
-      ) as { items?: EtcdBackup[] };
-      return (list.items ?? []).filter((b) => inScope(b, config));
-    }),
+    attempt("backups", async () => (await kube.listBackups(namespace)).filter((b) => inScope(b, config))),
+  );
+  const restores = shared(1_000, () =>
+    attempt("restores", async () => (await kube.listRestores(namespace)).filter((r) => inScope(r, config))),
   );
 
-  const clusterLabels = (c: EtcdCluster) => ({
-    namespace: c.metadata?.namespace ?? "",
-    cluster: c.metadata?.name ?? "",
-  });
-  const clusterGauge = (name: string, help: string, value: (c: EtcdCluster) => number | undefined) =>
-    new Gauge({
-      name: `${METRIC_PREFIX}${name}`,
-      help,
-      labelNames: ["namespace", "cluster"],
-      registers,
-      async collect() {
-        this.reset();
-        for (const cluster of (await clusters()) ?? []) {
-          const v = value(cluster);
-          if (v !== undefined) this.set(clusterLabels(cluster), v);
-        }
-      },
-    });
+  /** Gauges of one kind of object, labelled with its namespace and name; no value, no series. */
+  const objectGauges =
+    <T extends { metadata?: V1ObjectMeta }>(label: string, list: () => Promise<T[] | undefined>) =>
+    (name: string, help: string, value: (object: T) => number | undefined) =>
+      new Gauge({
+        name: `${METRIC_PREFIX}${name}`,
+        help,
+        labelNames: ["namespace", label],
+        registers,
+        async collect() {
+          this.reset();
+          for (const object of (await list()) ?? []) {
+            const v = value(object);
+            const labels = {
+              namespace: object.metadata?.namespace ?? "",
+              [label]: object.metadata?.name ?? "",
+            };
+            if (v !== undefined) this.set(labels, v);
+          }
+        },
+      });
+  const clusterGauge = objectGauges("cluster", clusters);
+  const backupGauge = objectGauges("backup", backups);
+  const restoreGauge = objectGauges("restore", restores);
   clusterGauge(
     "cluster_members",
     "Voting members of the cluster, as the operator last saw them (status.size).",
@@ -150,28 +154,10 @@ export function worldMetricsRegistry(sources: WorldSources): Registry {
     },
   );
 
-  const backupLabels = (b: EtcdBackup) => ({
-    namespace: b.metadata?.namespace ?? "",
-    backup: b.metadata?.name ?? "",
-  });
   const lastSuccess = (b: EtcdBackup): number | undefined => {
     const at = b.status?.lastSuccessDate ? Date.parse(b.status.lastSuccessDate) : Number.NaN;
     return Number.isFinite(at) ? at : undefined;
   };
-  const backupGauge = (name: string, help: string, value: (b: EtcdBackup) => number | undefined) =>
-    new Gauge({
-      name: `${METRIC_PREFIX}${name}`,
-      help,
-      labelNames: ["namespace", "backup"],
-      registers,
-      async collect() {
-        this.reset();
-        for (const backup of (await backups()) ?? []) {
-          const v = value(backup);
-          if (v !== undefined) this.set(backupLabels(backup), v);
-        }
-      },
-    });
   backupGauge(
     "backup_last_success_timestamp_seconds",
     "When the last successful backup was taken (Unix time).",
@@ -193,6 +179,24 @@ export function worldMetricsRegistry(sources: WorldSources): Registry {
     "backup_succeeded",
     "1 when the last backup succeeded, 0 when it failed (status.succeeded).",
     (b) => (typeof b.status?.succeeded === "boolean" ? (b.status.succeeded ? 1 : 0) : undefined),
+  );
+  backupGauge(
+    "backup_interval_seconds",
+    "How often a periodic backup is taken (spec.backupPolicy.backupIntervalInSecond); one-shot backups have none.",
+    (b) => {
+      const interval = b.spec?.backupPolicy?.backupIntervalInSecond;
+      return interval !== undefined && interval > 0 ? interval : undefined;
+    },
+  );
+  backupGauge(
+    "backup_verification_succeeded",
+    "1 when the last verification of a backup passed, 0 when it failed (status.verification.succeeded).",
+    verificationSucceeded,
+  );
+  restoreGauge(
+    "restore_succeeded",
+    "1 when the restore completed, 0 when it failed (status.phase); no series while it runs.",
+    (r) => (r.status?.phase === "Completed" ? 1 : r.status?.phase === "Failed" ? 0 : undefined),
   );
 
   const counts = shared(1_000, () =>

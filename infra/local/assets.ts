@@ -1,7 +1,8 @@
 // Builds the local control plane's binaries (kube-apiserver, kube-controller-manager, kubectl,
 // etcd/etcdctl/etcdutl for every supported etcd minor, versitygw for the S3 store that backups go
-// to, and for real nodes kubelet, kube-proxy, kube-scheduler, pause and CoreDNS) from their Go
-// modules, so the project needs no release tarballs from the internet: only the Go module proxy.
+// to, and for real nodes kubelet, kube-proxy, kube-scheduler, pause and CoreDNS) and the tests' tools
+// (fake-gcs-server, promtool) from their Go modules, so the project needs no release tarballs from
+// the internet: only the Go module proxy.
 //
 // Everything lives in a cache outside git, keyed by version: changing a pinned version below builds the
 // new set beside the old one. A set counts as built only once its stamp file exists, and it is built in a
@@ -31,6 +32,13 @@ export const VERSITYGW_VERSION = "1.8.0";
  */
 export const FAKE_GCS_VERSION = "1.56.1";
 
+/**
+ * promtool (Apache-2.0), Prometheus's rule checker and rule unit-test runner: the tests check the
+ * shipped alerts (infra/alerts.ts) with it. This is the Prometheus release; its Go module is tagged
+ * v0.(major*100+minor).patch (see promtoolModuleVersion).
+ */
+export const PROMTOOL_VERSION = "3.16.0";
+
 /** CoreDNS as kubeadm v1.34 deploys it (cmd/kubeadm/app/constants: CoreDNSVersion). */
 export const COREDNS_VERSION = "1.12.1";
 /** The pause (sandbox) image kubelet v1.34 and kubeadm use (constants: PauseVersion). */
@@ -53,6 +61,12 @@ export interface EtcdBuild {
 export interface FakeGcsBuild {
   version: string;
   fakeGcsServer: string;
+}
+
+export interface PromtoolBuild {
+  /** The Prometheus release, "3.16.0". */
+  version: string;
+  promtool: string;
 }
 
 export interface VersitygwBuild {
@@ -84,13 +98,14 @@ export interface Assets {
   etcd: EtcdBuild[];
   versitygw: VersitygwBuild;
   fakeGcs: FakeGcsBuild;
+  promtool: PromtoolBuild;
   node: NodeBuild;
   coredns: CorednsBuild;
 }
 
-export type AssetKind = "kubernetes" | "etcd" | "versitygw" | "fake-gcs" | "node" | "coredns";
+export type AssetKind = "kubernetes" | "etcd" | "versitygw" | "fake-gcs" | "promtool" | "node" | "coredns";
 
-/** What running the operator locally needs (the demo): every kind but the tests' own GCS server. */
+/** What running the operator locally needs (the demo): every kind but the tests' own tools (GCS server, promtool). */
 export const RUNTIME_ASSETS: AssetKind[] = ["kubernetes", "etcd", "versitygw", "node", "coredns"];
 
 export interface EnsureOptions {
@@ -154,6 +169,10 @@ function fakeGcsName(): string {
   return `fake-gcs-server-v${FAKE_GCS_VERSION}`;
 }
 
+function promtoolName(): string {
+  return `promtool-v${PROMTOOL_VERSION}`;
+}
+
 function nodeName(): string {
   return `kubernetes-node-v${KUBERNETES_VERSION}`;
 }
@@ -197,6 +216,13 @@ function targets(): Target[] {
     binaries: ["fake-gcs-server"],
     build: buildFakeGcs,
   };
+  const promtool: Target = {
+    kind: "promtool",
+    name: promtoolName(),
+    label: `promtool v${PROMTOOL_VERSION}`,
+    binaries: ["promtool"],
+    build: buildPromtool,
+  };
   const node: Target = {
     kind: "node",
     name: nodeName(),
@@ -211,7 +237,7 @@ function targets(): Target[] {
     binaries: ["coredns"],
     build: buildCoredns,
   };
-  return [kubernetes, ...etcds, versitygw, fakeGcs, node, coredns];
+  return [kubernetes, ...etcds, versitygw, fakeGcs, promtool, node, coredns];
 }
 
 function layout(): Assets {
@@ -240,6 +266,7 @@ function layout(): Assets {
       version: FAKE_GCS_VERSION,
       fakeGcsServer: join(binDir(fakeGcsName()), "fake-gcs-server"),
     },
+    promtool: { version: PROMTOOL_VERSION, promtool: join(binDir(promtoolName()), "promtool") },
     node: {
       kubelet: join(binDir(nodeName()), "kubelet"),
       kubeProxy: join(binDir(nodeName()), "kube-proxy"),
@@ -627,6 +654,35 @@ async function buildFakeGcs(ctx: BuildContext): Promise<void> {
     ...["build", "-trimpath", "-buildvcs=false", "-ldflags", "-s -w"],
     ...["-o", join(ctx.outDir, "fake-gcs-server"), FAKE_GCS_MODULE],
   ]);
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// promtool: a wrapper module requiring github.com/prometheus/prometheus at the module version of the
+// pinned release, building cmd/promtool with the version stamp Prometheus's own build (.promu.yml)
+// puts in prometheus/common/version (a module build has no git to ask for the revision and branch).
+// Built with Prometheus's own `remove_all_sd` tag: without the service discoveries (the clouds' SDKs,
+// client-go), which only `promtool check config` and `promtool sd` use, not the rule checks and rule
+// unit tests the tests run. It more than halves the build: 3 min instead of 8.5 min on 2 cores.
+
+const PROMETHEUS_MODULE = "github.com/prometheus/prometheus";
+
+/** Prometheus 3.16.0 is the Go module version v0.316.0 (and 3.5.1 is v0.305.1). */
+function promtoolModuleVersion(release: string): string {
+  const [major = 0, minor = 0, patch = 0] = release.split(".").map(Number);
+  return `v0.${major * 100 + minor}.${patch}`;
+}
+
+async function buildPromtool(ctx: BuildContext): Promise<void> {
+  const main = `${PROMETHEUS_MODULE}/cmd/promtool`;
+  const require = `${PROMETHEUS_MODULE} ${promtoolModuleVersion(PROMTOOL_VERSION)}`;
+  await wrapperModule(ctx, promtoolName(), require, [main]);
+  const pkg = "github.com/prometheus/common/version";
+  await runGo(ctx, "building promtool", [
+    ...["build", "-trimpath", "-buildvcs=false", "-tags", "remove_all_sd", "-ldflags"],
+    `-s -w -X ${pkg}.Version=${PROMTOOL_VERSION} -X ${pkg}.Revision=module -X ${pkg}.Branch=module`,
+    ...["-o", `${ctx.outDir}/`, main],
+  ]);
+  await verifyVersion(ctx, join(ctx.outDir, "promtool"), ["--version"], `version ${PROMTOOL_VERSION}`);
 }
 
 /**

@@ -19,7 +19,7 @@ case "$cmd" in
     ensure_test_packages
     ensure_image_packages
     ensure_node_packages
-    step "binaries (kube-apiserver, kube-controller-manager, kubectl, etcd 3.5/3.6/3.7, versitygw, fake-gcs-server, kubelet, kube-proxy, kube-scheduler, pause, CoreDNS; cached in $EOP_CACHE)"
+    step "binaries (kube-apiserver, kube-controller-manager, kubectl, etcd 3.5/3.6/3.7, versitygw, fake-gcs-server, promtool, kubelet, kube-proxy, kube-scheduler, pause, CoreDNS; cached in $EOP_CACHE)"
     node infra/local/assets.ts >/dev/null
     step "type-check (tsc --noEmit)"
     npx tsc --noEmit
