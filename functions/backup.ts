@@ -275,33 +275,31 @@ function mib(bytes: number): string {
   return `${(bytes / 1024 / 1024).toFixed(1)} MiB`;
 }
 
+/** The verification's outcome; one that could not run (no image, the API refused the pod) is a failed one. */
+async function verify(backup: EtcdBackup, record: BackupRecord, deps: BackupDeps): Promise<Verification> {
+  try {
+    const operatorImage = deps.operatorImage;
+    if (!operatorImage)
+      throw new Error("this operator process has no operator image to run the verification pod with");
+    return await verifyBackup(backup, record, { ...deps, operatorImage });
+  } catch (error) {
+    deps.log.warn({ err: error, path: record.path }, "backup verification could not run");
+    return {
+      succeeded: false,
+      time: new Date().toISOString(),
+      backupPath: record.path,
+      message: `the verification could not run: ${error instanceof Error ? error.message : String(error)}`,
+    };
+  }
+}
+
 /**
  * Restores the backup just taken in a throwaway pod and records the outcome. A failed verification
  * does not fail the backup (its object is in the store either way): it is reported in
  * status.verification, a Warning Event and the verification gauge, and lastVerified stays put.
  */
 async function verifyAndReport(backup: EtcdBackup, record: BackupRecord, deps: BackupDeps): Promise<void> {
-  let verification: Verification;
-  if (!deps.operatorImage) {
-    verification = {
-      succeeded: false,
-      time: new Date().toISOString(),
-      backupPath: record.path,
-      message: "this operator process was started without an operator image to run the verification pod with",
-    };
-  } else {
-    try {
-      verification = await verifyBackup(backup, record, { ...deps, operatorImage: deps.operatorImage });
-    } catch (error) {
-      deps.log.warn({ err: error, path: record.path }, "backup verification could not run");
-      verification = {
-        succeeded: false,
-        time: new Date().toISOString(),
-        backupPath: record.path,
-        message: `the verification could not run: ${error instanceof Error ? error.message : String(error)}`,
-      };
-    }
-  }
+  const verification = await verify(backup, record, deps);
   await deps.kube.patchBackupStatus(backup, {
     verification,
     ...(verification.succeeded ? { lastVerified: verification.time } : {}),

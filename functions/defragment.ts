@@ -4,13 +4,7 @@
 // to the current revision, defragment every member in turn, and disarm the alarm once the data
 // fits in the quota with room to spare.
 import type { EtcdClusterStatus } from "../shared/api/etcd-cluster.ts";
-import {
-  compactHistory,
-  DEFRAG_TIMEOUT_MS,
-  defragmentMember,
-  disarmAlarms,
-  NOSPACE,
-} from "../shared/etcd-maintenance.ts";
+import { compactHistory, defragmentMember, disarmAlarms, NOSPACE } from "../shared/etcd-maintenance.ts";
 import { type EndpointStatus, endpointStatuses } from "../shared/etcd-members.ts";
 import { CLIENT_PORT } from "../shared/member-pods.ts";
 import { operatorMetrics } from "../shared/metrics.ts";
@@ -47,7 +41,7 @@ async function defragmentAndMeasure(
   const metrics = operatorMetrics();
   const started = performance.now();
   try {
-    await defragmentMember(endpoint, deps.etcd, DEFRAG_TIMEOUT_MS);
+    await defragmentMember(endpoint, deps.etcd);
   } catch (error) {
     metrics.defragmentations.inc({ result: "error" });
     metrics.defragmentationSeconds.observe({ result: "error" }, (performance.now() - started) / 1000);

@@ -5,6 +5,7 @@ import { isDeepStrictEqual } from "node:util";
 import type { V1PersistentVolumeClaim, V1Pod } from "@kubernetes/client-node";
 import {
   ALLOW_DOWNGRADE_ANNOTATION,
+  type ClusterCondition,
   clusterNameProblem,
   type EtcdCluster,
   type EtcdClusterStatus,
@@ -409,11 +410,11 @@ function memberDefragmentations(
  * Absent for a cluster that never ran out of space.
  */
 function noSpaceCondition(
-  conditions: ReturnType<typeof setCondition>,
+  conditions: ClusterCondition[],
   outOfSpace: string[],
   generation: number | undefined,
   now: Date,
-): ReturnType<typeof setCondition> {
+): ClusterCondition[] {
   const previous = conditions.find((c) => c.type === "NoSpace");
   if (outOfSpace.length > 0) {
     return setCondition(

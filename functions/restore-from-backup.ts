@@ -10,7 +10,7 @@ import { GROUP, SCOPE_ANNOTATION, VERSION } from "../shared/api/etcd-cluster.ts"
 import { type EtcdRestore, RESTORE_KIND } from "../shared/api/etcd-restore.ts";
 import { ownerReference } from "../shared/kube.ts";
 import { clientServiceName } from "../shared/member-pods.ts";
-import { isStorageType, STORAGES, sectionOf } from "../shared/object-store/storages.ts";
+import { bucketPath, isStorageType, STORAGES, sectionOf } from "../shared/object-store/storages.ts";
 import type { StepDeps, StepInput, StepOutcome } from "./step.ts";
 
 /** On EtcdRestores this operator created itself; a failed one is not retried automatically. */
@@ -59,7 +59,7 @@ function scopeOf(cluster: StepInput["cluster"]): Record<string, string> {
 export function restoreFor(input: StepInput, backup: EtcdBackup): EtcdRestore {
   const namespace = input.cluster.metadata?.namespace ?? "default";
   const name = input.cluster.metadata?.name ?? "";
-  const path = (backup.status?.backupPath ?? "").replace(/^[a-z0-9]+:\/\//, "");
+  const path = bucketPath(backup.status?.backupPath ?? "");
   const type = backup.spec.storageType;
   const section = sectionOf(type, backup.spec);
   const storage = section ? { [STORAGES[type].section]: { ...section, path } } : {};

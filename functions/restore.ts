@@ -42,7 +42,7 @@ import {
 } from "../shared/member-pods.ts";
 import { clientTlsOn, createMemberPodWithTls, memberPeerURL, withMemberTls } from "../shared/member-tls.ts";
 import { type ObjectStore, ObjectStoreError, openStore } from "../shared/object-store/index.ts";
-import { sectionOf } from "../shared/object-store/storages.ts";
+import { bucketPath, sectionOf } from "../shared/object-store/storages.ts";
 import { type RestoreSource, restoreSeedPod } from "../shared/restore-pods.ts";
 import {
   badBackup,
@@ -184,11 +184,6 @@ async function locateBackup(
   } finally {
     store.close();
   }
-}
-
-/** The bucket/key form the fetch container wants, from "s3://bucket/key". */
-function bucketPath(path: string): string {
-  return path.replace(/^[a-z0-9]+:\/\//, "");
 }
 
 function seedSource(restore: EtcdRestore, status: EtcdRestoreStatus): RestoreSource {

@@ -6,14 +6,14 @@
 import { randomBytes } from "node:crypto";
 import { setTimeout as sleep } from "node:timers/promises";
 import type { V1Pod } from "@kubernetes/client-node";
-import type { EtcdBackup, EtcdBackupStatus } from "../shared/api/etcd-backup.ts";
-import { DEFAULT_REPOSITORY, GROUP, VERSION } from "../shared/api/etcd-cluster.ts";
+import { BACKUP_KIND, type EtcdBackup, type EtcdBackupStatus } from "../shared/api/etcd-backup.ts";
+import { DEFAULT_REPOSITORY } from "../shared/api/etcd-cluster.ts";
 import { countKeys } from "../shared/etcd-maintenance.ts";
 import { type EtcdClientOptions, endpointStatuses } from "../shared/etcd-members.ts";
-import type { Kube } from "../shared/kube.ts";
+import { type Kube, ownerReference } from "../shared/kube.ts";
 import type { Logger } from "../shared/log.ts";
 import { CLIENT_PORT, DATA_DIR, PEER_PORT } from "../shared/member-pods.ts";
-import { sectionOf } from "../shared/object-store/storages.ts";
+import { bucketPath, sectionOf } from "../shared/object-store/storages.ts";
 import { restoreSeedPod } from "../shared/restore-pods.ts";
 import { badBackup, seedProblem } from "../shared/restore-seeds.ts";
 
@@ -64,16 +64,7 @@ function verificationPod(
       name,
       namespace,
       labels: { [VERIFY_LABEL]: (backup.metadata?.name ?? "").slice(0, 63).replace(/[-.]+$/, "") },
-      ownerReferences: [
-        {
-          apiVersion: `${GROUP}/${VERSION}`,
-          kind: "EtcdBackup",
-          name: backup.metadata?.name ?? "",
-          uid: backup.metadata?.uid ?? "",
-          controller: true,
-          blockOwnerDeletion: true,
-        },
-      ],
+      ownerReferences: [ownerReference({ ...backup, kind: BACKUP_KIND })],
     },
     spec: {
       restartPolicy: "Never",
@@ -103,7 +94,7 @@ function verificationPod(
     pod: base,
     source: {
       storageType: type,
-      section: { ...sectionOf(type, backup.spec), path: taken.path.replace(/^[a-z0-9]+:\/\//, "") },
+      section: { ...sectionOf(type, backup.spec), path: bucketPath(taken.path) },
       sha256: taken.sha256,
       crc32: taken.crc32,
       size: taken.size,

@@ -56,12 +56,13 @@ export function memberSelector(clusterName: string): string {
   return `app=etcd,etcd_cluster=${clusterName}`;
 }
 
-export function ownerReference(cluster: EtcdCluster): V1OwnerReference {
+/** The controller reference to one of our objects (an EtcdCluster unless it says another kind). */
+export function ownerReference(owner: EventSubject): V1OwnerReference {
   return {
     apiVersion: `${GROUP}/${VERSION}`,
-    kind: KIND,
-    name: cluster.metadata?.name ?? "",
-    uid: cluster.metadata?.uid ?? "",
+    kind: owner.kind ?? KIND,
+    name: owner.metadata?.name ?? "",
+    uid: owner.metadata?.uid ?? "",
     controller: true,
     blockOwnerDeletion: true,
   };

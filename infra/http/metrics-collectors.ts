@@ -39,16 +39,6 @@ function backupSize(backup: EtcdBackup): number | undefined {
   return typeof status.backupSize === "number" ? status.backupSize : undefined;
 }
 
-/** Whether the last verification of a backup passed (status.verification.succeeded), once there was one. */
-function verificationSucceeded(backup: EtcdBackup): number | undefined {
-  const status: Record<string, unknown> = { ...(backup.status ?? {}) };
-  const verification = status.verification;
-  if (typeof verification !== "object" || verification === null || !("succeeded" in verification)) {
-    return undefined;
-  }
-  return typeof verification.succeeded === "boolean" ? Number(verification.succeeded) : undefined;
-}
-
 export function worldMetricsRegistry(sources: WorldSources): Registry {
   const registry = new Registry();
   const registers = [registry];
@@ -191,7 +181,7 @@ export function worldMetricsRegistry(sources: WorldSources): Registry {
   backupGauge(
     "backup_verification_succeeded",
     "1 when the last verification of a backup passed, 0 when it failed (status.verification.succeeded).",
-    verificationSucceeded,
+    (b) => (b.status?.verification ? Number(b.status.verification.succeeded) : undefined),
   );
   restoreGauge(
     "restore_succeeded",

@@ -133,6 +133,11 @@ export function secretOf(type: BackupStorageType, section: object): string | und
   return typeof name === "string" && name !== "" ? name : undefined;
 }
 
+/** The "<bucket>/<key>" a storage section's path takes, from a backup's path ("s3://bucket/key"). */
+export function bucketPath(path: string): string {
+  return path.replace(/^[a-z0-9]+:\/\//, "");
+}
+
 /** The section of a spec (EtcdBackup or EtcdRestore) that its storage type names, if it is there. */
 export function sectionOf(type: BackupStorageType, spec: StorageSections): object | undefined {
   return spec[STORAGES[type].section];
