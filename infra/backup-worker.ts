@@ -13,6 +13,8 @@ import type { Kube } from "../shared/kube.ts";
 import { acquireLease, LeaseLostError } from "../shared/lease.ts";
 import type { Logger } from "../shared/log.ts";
 import { BACKUP_JOB, BACKUP_QUEUE, isBackupPayload, RESTORE_JOB } from "../shared/queue.ts";
+import { leaseReplicas } from "../shared/redis-connection.ts";
+import type { RedisHealth } from "../shared/redis-health.ts";
 import { inScope } from "../shared/scope.ts";
 import { holdCollections } from "./memory-keeper.ts";
 
@@ -23,6 +25,8 @@ export interface BackupWorkerDeps {
   connection: Redis;
   config: OperatorConfig;
   log: Logger;
+  /** The connection's health: worker errors while Redis is down are reported there, rate-limited. */
+  redisHealth?: RedisHealth;
 }
 
 async function delay(job: Job, token: string | undefined, ms: number): Promise<never> {
@@ -32,6 +36,7 @@ async function delay(job: Job, token: string | undefined, ms: number): Promise<n
 
 export function createBackupProcessor(deps: BackupWorkerDeps) {
   const etcd = { timeoutMs: deps.config.etcdTimeoutMs };
+  const leaseOptions = { replicas: leaseReplicas(deps.config) };
   const processJob = async (job: Job, token?: string): Promise<unknown> => {
     if (!isBackupPayload(job.data))
       throw new UnrecoverableError(`invalid backup payload: ${JSON.stringify(job.data)}`);
@@ -39,7 +44,13 @@ export function createBackupProcessor(deps: BackupWorkerDeps) {
     const key = `${namespace}/${name}`;
     if (job.name === BACKUP_JOB) {
       const log = deps.log.child({ backup: key, job: job.id, attempt: job.attemptsMade + 1, reason });
-      const acquired = await acquireLease(deps.redis, `backup/${key}`, deps.config.leaseTtlMs);
+      const acquired = await acquireLease(
+        deps.redis,
+        `backup/${key}`,
+        deps.config.leaseTtlMs,
+        {},
+        leaseOptions,
+      );
       if ("heldForMs" in acquired) {
         log.info("the previous backup is still running; skipping this run");
         return { skipped: "running" };
@@ -70,7 +81,7 @@ export function createBackupProcessor(deps: BackupWorkerDeps) {
       const phase = restore.status?.phase;
       const changesCluster = phase === "Staging" || phase === "Replacing" || phase === "Seeding";
       const acquired = changesCluster
-        ? await acquireLease(deps.redis, cluster, deps.config.leaseTtlMs)
+        ? await acquireLease(deps.redis, cluster, deps.config.leaseTtlMs, {}, leaseOptions)
         : { lease: { guard: async () => {}, release: async () => {} } };
       if ("heldForMs" in acquired) return delay(job, token, Math.min(acquired.heldForMs, 1_000));
       let requeueAfterMs: number | undefined;
@@ -116,6 +127,9 @@ export function startBackupWorker(deps: BackupWorkerDeps): Worker {
   worker.on("failed", (job, error) => {
     deps.log.warn({ job: job?.id, err: error, attemptsMade: job?.attemptsMade }, "backup job failed");
   });
-  worker.on("error", (error) => deps.log.error({ err: error }, "backup worker error"));
+  worker.on("error", (error) => {
+    if (deps.redisHealth && !deps.redisHealth.connected()) deps.redisHealth.error(error);
+    else deps.log.error({ err: error }, "backup worker error");
+  });
   return worker;
 }

@@ -9,13 +9,15 @@
 import { parseArgs } from "node:util";
 import type { KubeConfig } from "@kubernetes/client-node";
 import { Queue, type Worker } from "bullmq";
-import { Redis } from "ioredis";
+import type { Redis } from "ioredis";
 import { loadConfig, type OperatorConfig } from "../shared/config.ts";
 import { Kube } from "../shared/kube.ts";
 import { PooledKubeConfig } from "../shared/kube-config.ts";
 import { createLogger, type Logger } from "../shared/log.ts";
 import { BACKUP_QUEUE, RECONCILE_QUEUE } from "../shared/queue.ts";
 import { floorRaiser } from "../shared/read-floor.ts";
+import { connectRedis, describeRedis } from "../shared/redis-connection.ts";
+import { watchRedis } from "../shared/redis-health.ts";
 import type { RunningHttp } from "./http/server.ts";
 import { loadMallocTrimmer } from "./malloc-trim.ts";
 import { startMemoryKeeper } from "./memory-keeper.ts";
@@ -40,9 +42,13 @@ export async function startOperator(options: {
 }): Promise<RunningOperator> {
   const { kc, config, log } = options;
   const role = options.role ?? "all";
-  const redis = new Redis(config.redisUrl, { maxRetriesPerRequest: null });
+  const redis = connectRedis(config, { maxRetriesPerRequest: null });
+  const where = describeRedis(config);
+  const redisHealth = watchRedis(redis, "commands", where, log);
   const queue = new Queue(RECONCILE_QUEUE, { connection: redis });
   const backupQueue = new Queue(BACKUP_QUEUE, { connection: redis });
+  // The queues share the commands connection: their errors are its errors.
+  for (const q of [queue, backupQueue]) q.on("error", (error) => redisHealth.error(error));
   const closers: (() => Promise<void>)[] = [];
   let watcher: Watcher | undefined;
   let backupsReady: Promise<void> | undefined;
@@ -94,8 +100,9 @@ export async function startOperator(options: {
   if (role === "all" || role === "worker") {
     const { startWorker } = await import("./worker.ts");
     const { startBackupWorker } = await import("./backup-worker.ts");
-    workerConnection = new Redis(config.redisUrl, { maxRetriesPerRequest: null });
+    workerConnection = connectRedis(config, { maxRetriesPerRequest: null });
     worker = startWorker({
+      redisHealth: watchRedis(workerConnection, "worker", where, log),
       kube: newKube(),
       redis,
       connection: workerConnection,
@@ -110,8 +117,9 @@ export async function startOperator(options: {
       await started.close(connection.status !== "ready");
     });
     log.info({ concurrency: config.workerConcurrency }, "worker started");
-    const backupConnection = new Redis(config.redisUrl, { maxRetriesPerRequest: null });
+    const backupConnection = connectRedis(config, { maxRetriesPerRequest: null });
     const backupWorker = startBackupWorker({
+      redisHealth: watchRedis(backupConnection, "backups", where, log),
       kube: newKube(),
       redis,
       connection: backupConnection,
@@ -229,7 +237,11 @@ async function main(): Promise<void> {
   kc.loadFromDefault();
   const operator = await startOperator({ kc, config, log, role });
   log.info(
-    { role, namespace: config.clusterWide ? "(cluster-wide)" : config.namespace },
+    {
+      role,
+      namespace: config.clusterWide ? "(cluster-wide)" : config.namespace,
+      redis: describeRedis(config),
+    },
     "etcd operator running",
   );
   let stopping = false;

@@ -20,6 +20,8 @@ import {
   requestReconcile,
 } from "../shared/queue.ts";
 import { floorKey } from "../shared/read-floor.ts";
+import { leaseReplicas } from "../shared/redis-connection.ts";
+import type { RedisHealth } from "../shared/redis-health.ts";
 import { inScope } from "../shared/scope.ts";
 import { resyncBackups } from "./backup-schedules.ts";
 
@@ -34,6 +36,8 @@ export interface WorkerDeps {
   backupQueue?: Queue;
   config: OperatorConfig;
   log: Logger;
+  /** The worker connection's health: its errors while Redis is down are reported there, rate-limited. */
+  redisHealth?: RedisHealth;
 }
 
 async function delay(job: Job, token: string | undefined, ms: number): Promise<never> {
@@ -65,6 +69,8 @@ export async function resyncAll(
 }
 
 export function createProcessor(deps: WorkerDeps) {
+  const leaseOptions = { replicas: leaseReplicas(deps.config) };
+  let lastUnreplicatedWarning = 0;
   return async (job: Job, token?: string): Promise<unknown> => {
     if (job.name === RESYNC_JOB) {
       const enqueued = await resyncAll(deps);
@@ -80,14 +86,29 @@ export function createProcessor(deps: WorkerDeps) {
     const dirty = dirtyKey(namespace, name);
     // With the lease, in one round trip: the dirty mark is cleared (events from now on set it
     // again; we look at it when done) and the cluster's read floor is read (shared/read-floor.ts).
-    const acquired = await acquireLease(deps.redis, key, deps.config.leaseTtlMs, {
-      clear: dirty,
-      read: floorKey(key),
-      check: dirty,
-    });
+    const acquired = await acquireLease(
+      deps.redis,
+      key,
+      deps.config.leaseTtlMs,
+      {
+        clear: dirty,
+        read: floorKey(key),
+        check: dirty,
+      },
+      leaseOptions,
+    );
     if ("heldForMs" in acquired) {
       log.debug({ heldForMs: acquired.heldForMs }, "another worker holds the cluster; retrying later");
       return delay(job, token, Math.min(acquired.heldForMs, 1_000));
+    }
+    if (!acquired.replicated && Date.now() - lastUnreplicatedWarning > 60_000) {
+      // The step runs all the same: its guard() stops it at the next change if a failover loses
+      // the lease; refusing would stop every cluster's healing while a replica is down.
+      lastUnreplicatedWarning = Date.now();
+      log.warn(
+        { replicas: leaseOptions.replicas },
+        "no Redis replica acknowledged the cluster's lease within 500 ms; a failover now could hand the cluster to a second worker (reported at most once a minute)",
+      );
     }
     const { lease } = acquired;
     let requeueAfterMs: number | undefined;
@@ -151,6 +172,9 @@ export function startWorker(deps: WorkerDeps): Worker {
   worker.on("failed", (job, error) => {
     deps.log.warn({ job: job?.id, err: error, attemptsMade: job?.attemptsMade }, "reconcile job failed");
   });
-  worker.on("error", (error) => deps.log.error({ err: error }, "worker error"));
+  worker.on("error", (error) => {
+    if (deps.redisHealth && !deps.redisHealth.connected()) deps.redisHealth.error(error);
+    else deps.log.error({ err: error }, "worker error");
+  });
   return worker;
 }

@@ -1,13 +1,21 @@
 // The operator's configuration, read once from the environment by `loadConfig(env)`; nothing
 // else reads process.env. Names follow the coreos Deployment where one existed
 // (MY_POD_NAMESPACE, -cluster-wide as CLUSTER_WIDE).
+import { parseSentinelAddresses, type RedisSentinelTarget } from "./redis-connection.ts";
 
 export interface OperatorConfig {
   /** Namespace watched in namespaced mode (and where the operator runs). */
   namespace: string;
   /** Watch all namespaces, taking only clusters annotated etcd.database.coreos.com/scope=clusterwide. */
   clusterWide: boolean;
+  /** BullMQ's Redis, when no Sentinel group is given. */
   redisUrl: string;
+  /** A Redis Sentinel group instead of redisUrl (REDIS_SENTINELS, REDIS_SENTINEL_MASTER, …). */
+  redisSentinel?: RedisSentinelTarget;
+  /** Password of the Redis servers (REDIS_PASSWORD), besides one in redisUrl; never logged. */
+  redisPassword?: string;
+  /** PEM file of a private CA that signed the Redis servers' (and sentinels') certificates. */
+  redisTlsCaFile?: string;
   /** The safety-net resync of every cluster; steps chain without waiting for it. */
   reconcileIntervalMs: number;
   /** Create or update the CRDs at start-up. */
@@ -103,6 +111,39 @@ function int(
   return value;
 }
 
+/** The Sentinel group from REDIS_SENTINELS and its companions, or undefined without it. */
+function sentinelConfig(env: Record<string, string | undefined>): RedisSentinelTarget | undefined {
+  const raw = env.REDIS_SENTINELS;
+  const companions = ["REDIS_SENTINEL_MASTER", "REDIS_SENTINEL_PASSWORD", "REDIS_SENTINEL_TLS"];
+  if (!raw) {
+    const stray = companions.find((name) => env[name]);
+    if (stray) throw new ConfigError(`${stray} is set but REDIS_SENTINELS is not`);
+    return undefined;
+  }
+  if (env.REDIS_URL) {
+    throw new ConfigError("REDIS_URL and REDIS_SENTINELS are both set: give one or the other");
+  }
+  let sentinels: RedisSentinelTarget["sentinels"];
+  try {
+    sentinels = parseSentinelAddresses(raw);
+  } catch (error) {
+    throw new ConfigError(`REDIS_SENTINELS: ${error instanceof Error ? error.message : String(error)}`, {
+      cause: error,
+    });
+  }
+  if (sentinels.length === 0) throw new ConfigError("REDIS_SENTINELS names no sentinel");
+  const masterName = env.REDIS_SENTINEL_MASTER || "mymaster";
+  if (!/^[A-Za-z0-9._-]+$/.test(masterName)) {
+    throw new ConfigError(`REDIS_SENTINEL_MASTER "${masterName}" is not a valid master name`);
+  }
+  return {
+    sentinels,
+    masterName,
+    ...(env.REDIS_SENTINEL_PASSWORD ? { sentinelPassword: env.REDIS_SENTINEL_PASSWORD } : {}),
+    tls: bool(env, "REDIS_SENTINEL_TLS", false),
+  };
+}
+
 export function loadConfig(env: Record<string, string | undefined>): OperatorConfig {
   const namespace = env.MY_POD_NAMESPACE || env.WATCH_NAMESPACE || "default";
   if (!/^[a-z0-9]([-a-z0-9]*[a-z0-9])?$/.test(namespace)) {
@@ -111,10 +152,14 @@ export function loadConfig(env: Record<string, string | undefined>): OperatorCon
   const redisUrl = env.REDIS_URL || "redis://127.0.0.1:6379";
   if (!/^rediss?:\/\//.test(redisUrl))
     throw new ConfigError(`REDIS_URL must start with redis:// or rediss://`);
+  const redisSentinel = sentinelConfig(env);
   return {
     namespace,
     clusterWide: bool(env, "CLUSTER_WIDE", false),
     redisUrl,
+    ...(redisSentinel ? { redisSentinel } : {}),
+    ...(env.REDIS_PASSWORD ? { redisPassword: env.REDIS_PASSWORD } : {}),
+    ...(env.REDIS_TLS_CA_FILE ? { redisTlsCaFile: env.REDIS_TLS_CA_FILE } : {}),
     reconcileIntervalMs: int(env, "RECONCILE_INTERVAL_MS", 8_000, 500, 3_600_000),
     installCrds: bool(env, "INSTALL_CRDS", false),
     workerConcurrency: int(env, "WORKER_CONCURRENCY", 32, 1, 256),

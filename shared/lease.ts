@@ -38,6 +38,17 @@ export interface Lease {
   release(): Promise<boolean>;
 }
 
+/**
+ * With replicas > 0 (a Sentinel group), taking the lease also waits until that many replicas hold
+ * it (Redis WAIT, in the same round trip), at most this long.
+ */
+const REPLICATION_WAIT_MS = 500;
+
+export interface LeaseOptions {
+  /** Replicas that should hold the lease before the step runs (0: do not wait). */
+  replicas?: number;
+}
+
 export interface LeaseKeys {
   /** Deleted in the same step as the lease is taken. */
   clear?: string;
@@ -60,10 +71,29 @@ export async function acquireLease(
   clusterKey: string,
   ttlMs: number,
   keys: LeaseKeys = {},
-): Promise<{ lease: Lease; read: string | undefined } | { heldForMs: number }> {
+  options: LeaseOptions = {},
+): Promise<{ lease: Lease; read: string | undefined; replicated: boolean } | { heldForMs: number }> {
   const key = leaseKey(clusterKey);
   const token = randomBytes(12).toString("hex");
-  const reply = await redis.eval(ACQUIRE, 3, key, keys.clear ?? key, keys.read ?? key, token, String(ttlMs));
+  const replicas = options.replicas ?? 0;
+  const args = [key, keys.clear ?? key, keys.read ?? key, token, String(ttlMs)];
+  let reply: unknown;
+  let acknowledged = 0;
+  if (replicas > 0) {
+    // A replica promoted after the primary is lost knows the lease only if it had it: WAIT
+    // returns once `replicas` replicas acknowledged everything written before it.
+    const results = await redis
+      .pipeline()
+      .eval(ACQUIRE, 3, ...args)
+      .wait(replicas, REPLICATION_WAIT_MS)
+      .exec();
+    const [acquireResult, waitResult] = results ?? [];
+    if (acquireResult?.[0]) throw acquireResult[0];
+    reply = acquireResult?.[1];
+    acknowledged = typeof waitResult?.[1] === "number" ? waitResult[1] : 0;
+  } else {
+    reply = await redis.eval(ACQUIRE, 3, ...args);
+  }
   const [taken, value] = Array.isArray(reply) ? reply : [];
   if (taken !== 1) {
     const remaining = typeof value === "number" ? value : -1;
@@ -88,6 +118,7 @@ export async function acquireLease(
   timer.unref();
   return {
     read,
+    replicated: acknowledged >= replicas,
     lease: {
       async guard() {
         if (!lost && (await redis.get(key)) === token) return;

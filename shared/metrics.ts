@@ -4,7 +4,7 @@
 // a worker, the HTTP server) exposes what it did itself. Gauges that describe the world (members
 // per cluster, backup age, queue depth) are computed when scraped (infra/http/metrics-collectors.ts),
 // so they are right in whichever process serves /metrics.
-import { Counter, collectDefaultMetrics, Histogram, Registry } from "prom-client";
+import { Counter, collectDefaultMetrics, Gauge, Histogram, Registry } from "prom-client";
 
 export const METRIC_PREFIX = "etcd_operator_";
 
@@ -26,6 +26,8 @@ export interface OperatorMetrics {
   defragmentations: Counter<"result">;
   defragmentationSeconds: Histogram<"result">;
   spaceRecoveries: Counter<"result">;
+  redisConnected: Gauge<"connection">;
+  redisDisconnects: Counter<"connection">;
 }
 
 function create(): OperatorMetrics {
@@ -102,6 +104,18 @@ function create(): OperatorMetrics {
       name: `${METRIC_PREFIX}space_recoveries_total`,
       help: "Recoveries from etcd's NOSPACE alarm (compact, defragment, disarm), by result: recovered, still_full (the data alone fills the quota), error.",
       labelNames: ["result"],
+      registers,
+    }),
+    redisConnected: new Gauge({
+      name: `${METRIC_PREFIX}redis_connected`,
+      help: "1 while the process's Redis connection (commands, worker, backups, http) is ready, 0 while it is not.",
+      labelNames: ["connection"],
+      registers,
+    }),
+    redisDisconnects: new Counter({
+      name: `${METRIC_PREFIX}redis_disconnects_total`,
+      help: "Times a Redis connection of the process was lost (an outage, a restart, a Sentinel failover), by connection.",
+      labelNames: ["connection"],
       registers,
     }),
   };

@@ -9,13 +9,14 @@ import rateLimit from "@fastify/rate-limit";
 import { CoreV1Api, type KubeConfig } from "@kubernetes/client-node";
 import { Queue } from "bullmq";
 import Fastify, { type FastifyBaseLogger, type FastifyInstance, LogController } from "fastify";
-import { Redis } from "ioredis";
 import type { OperatorConfig } from "../../shared/config.ts";
 import { Kube } from "../../shared/kube.ts";
 import type { Logger } from "../../shared/log.ts";
 import { operatorMetrics } from "../../shared/metrics.ts";
 import { BACKUP_QUEUE, RECONCILE_QUEUE } from "../../shared/queue.ts";
 import { floorRaiser } from "../../shared/read-floor.ts";
+import { connectRedis, describeRedis } from "../../shared/redis-connection.ts";
+import { watchRedis } from "../../shared/redis-health.ts";
 import { type AccessReviewer, kubernetesAccessReviewer } from "./access.ts";
 import { authHooks } from "./auth.ts";
 import { DASHBOARD_PREFIX, dashboardAccess, dashboardRoutes, LOGIN_PATH } from "./dashboard.ts";
@@ -190,13 +191,11 @@ export async function startHttp(options: {
       ? await servingTls(config, { core: kc.makeApiClient(CoreV1Api), namespace: config.namespace })
       : undefined;
   // Fail fast while Redis is down (503 after a retry) rather than let requests queue up.
-  const redis = new Redis(config.redisUrl, { maxRetriesPerRequest: 1 });
-  redis.on("error", (error) => log.debug({ err: error }, "redis connection error"));
+  const redis = connectRedis(config, { maxRetriesPerRequest: 1 });
+  const redisHealth = watchRedis(redis, "http", describeRedis(config), log);
   const reconcileQueue = new Queue(RECONCILE_QUEUE, { connection: redis });
   const backupQueue = new Queue(BACKUP_QUEUE, { connection: redis });
-  for (const queue of [reconcileQueue, backupQueue]) {
-    queue.on("error", (error) => log.debug({ err: error, queue: queue.name }, "queue connection error"));
-  }
+  for (const queue of [reconcileQueue, backupQueue]) queue.on("error", (error) => redisHealth.error(error));
   const access = options.access ?? kubernetesAccessReviewer(kc, { staticToken: config.httpStaticToken });
   const closers: (() => void | Promise<void>)[] = [];
   try {

@@ -43,11 +43,15 @@ ensure_debian_packages() {
 
 # Only the tests need these: Chromium loads the queue dashboard in tests/http-e2e.test.ts.
 ensure_test_packages() {
-  if ! command -v chromium >/dev/null; then
-    step "installing Debian packages for the tests: chromium"
-    if [ "$(id -u)" != 0 ]; then echo "need root to apt-get install chromium" >&2; exit 1; fi
+  local missing=()
+  command -v chromium >/dev/null || missing+=(chromium)
+  # The Sentinel group of tests/redis-sentinel.test.ts.
+  command -v redis-sentinel >/dev/null || missing+=(redis-sentinel)
+  if [ "${#missing[@]}" -gt 0 ]; then
+    step "installing Debian packages for the tests: ${missing[*]}"
+    if [ "$(id -u)" != 0 ]; then echo "need root to apt-get install ${missing[*]}" >&2; exit 1; fi
     apt-get update -qq >&2
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >&2
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >&2
   fi
 }
 

@@ -1,0 +1,94 @@
+// The Redis settings: a URL or a Sentinel group, the options ioredis gets for each, and the
+// mistakes loadConfig refuses before anything starts.
+import { mkdtempSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import t from "tap";
+import { ConfigError, loadConfig } from "../shared/config.ts";
+import {
+  describeRedis,
+  leaseReplicas,
+  parseSentinelAddresses,
+  redisClientOptions,
+} from "../shared/redis-connection.ts";
+
+t.test("a URL by default, no lease replication", async (t) => {
+  const config = loadConfig({});
+  t.equal(config.redisUrl, "redis://127.0.0.1:6379");
+  t.equal(config.redisSentinel, undefined);
+  t.equal(leaseReplicas(config), 0);
+  t.same(redisClientOptions(config, { maxRetriesPerRequest: null }), { maxRetriesPerRequest: null });
+});
+
+t.test("REDIS_PASSWORD goes to ioredis and never into descriptions", async (t) => {
+  const config = loadConfig({ REDIS_URL: "redis://user:in-url@redis:6379/2", REDIS_PASSWORD: "s3cret" });
+  t.equal(redisClientOptions(config, {}).password, "s3cret");
+  t.equal(describeRedis(config), "redis://redis:6379/2");
+  t.notMatch(JSON.stringify(describeRedis(config)), /s3cret|in-url/);
+});
+
+t.test("a Sentinel group: addresses, master name, passwords, TLS", async (t) => {
+  const dir = mkdtempSync(join(tmpdir(), "redis-config-"));
+  const ca = join(dir, "ca.pem");
+  writeFileSync(ca, "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n");
+  const config = loadConfig({
+    REDIS_SENTINELS: "sentinel-0.redis:26379, sentinel-1.redis:26380,[fd00::1]:26381,sentinel-2.redis",
+    REDIS_SENTINEL_MASTER: "queue",
+    REDIS_PASSWORD: "data-pass",
+    REDIS_SENTINEL_PASSWORD: "sentinel-pass",
+    REDIS_SENTINEL_TLS: "true",
+    REDIS_TLS_CA_FILE: ca,
+  });
+  t.same(config.redisSentinel?.sentinels, [
+    { host: "sentinel-0.redis", port: 26379 },
+    { host: "sentinel-1.redis", port: 26380 },
+    { host: "fd00::1", port: 26381 },
+    { host: "sentinel-2.redis", port: 26379 },
+  ]);
+  t.equal(config.redisSentinel?.masterName, "queue");
+  t.equal(leaseReplicas(config), 1, "leases wait for one replica");
+  const options = redisClientOptions(config, { maxRetriesPerRequest: null });
+  t.equal(options.name, "queue");
+  t.equal(options.password, "data-pass");
+  t.equal(options.sentinelPassword, "sentinel-pass");
+  t.equal(options.enableTLSForSentinelMode, true);
+  t.match(String(options.tls?.ca), /BEGIN CERTIFICATE/, "the private CA is trusted");
+  t.equal(options.maxRetriesPerRequest, null, "the caller's options are kept");
+  t.equal(options.failoverDetector, true);
+  const description = describeRedis(config);
+  t.equal(
+    description,
+    "sentinel queue via sentinel-0.redis:26379,sentinel-1.redis:26380,fd00::1:26381,sentinel-2.redis:26379",
+  );
+});
+
+t.test("the master name defaults to mymaster, TLS to off", async (t) => {
+  const config = loadConfig({ REDIS_SENTINELS: "a:1" });
+  t.equal(config.redisSentinel?.masterName, "mymaster");
+  t.equal(config.redisSentinel?.tls, false);
+  t.equal(redisClientOptions(config, {}).tls, undefined);
+});
+
+t.test("mistakes are refused with the variable's name", async (t) => {
+  const cases: [Record<string, string>, RegExp][] = [
+    [{ REDIS_SENTINELS: "a:1", REDIS_URL: "redis://x:6379" }, /REDIS_URL and REDIS_SENTINELS are both set/],
+    [{ REDIS_SENTINEL_MASTER: "queue" }, /REDIS_SENTINEL_MASTER is set but REDIS_SENTINELS is not/],
+    [{ REDIS_SENTINELS: " , " }, /REDIS_SENTINELS names no sentinel/],
+    [{ REDIS_SENTINELS: "a:99999" }, /REDIS_SENTINELS: "a:99999" is not host:port/],
+    [{ REDIS_SENTINELS: "a:b:c" }, /REDIS_SENTINELS: "a:b:c" is not host:port/],
+    [{ REDIS_SENTINELS: "a:1", REDIS_SENTINEL_MASTER: "no spaces" }, /REDIS_SENTINEL_MASTER "no spaces"/],
+    [{ REDIS_SENTINELS: "a:1", REDIS_SENTINEL_TLS: "maybe" }, /REDIS_SENTINEL_TLS must be true or false/],
+  ];
+  for (const [env, message] of cases) {
+    const error = t.throws(() => loadConfig(env));
+    t.ok(error instanceof ConfigError, `${JSON.stringify(env)}: a ConfigError`);
+    t.match(error instanceof Error ? error.message : "", message);
+  }
+});
+
+t.test("parseSentinelAddresses keeps the order given", async (t) => {
+  t.same(parseSentinelAddresses("b:2,a:1"), [
+    { host: "b", port: 2 },
+    { host: "a", port: 1 },
+  ]);
+});

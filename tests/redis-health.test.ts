@@ -1,0 +1,126 @@
+// Redis connections under failure, against real Redis servers and a real Sentinel group (no
+// Kubernetes): what a process reports while its Redis is down and when it is back, and the
+// per-cluster lease on the replicas before a step runs.
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { Writable } from "node:stream";
+import { setTimeout as sleep } from "node:timers/promises";
+import { Redis } from "ioredis";
+import { pino } from "pino";
+import t from "tap";
+import { stopDaemon } from "../infra/local/daemons.ts";
+import { startRedis } from "../infra/local/redis.ts";
+import { startSentinelGroup } from "../infra/local/redis-sentinel.ts";
+import { loadConfig } from "../shared/config.ts";
+import { acquireLease, leaseKey } from "../shared/lease.ts";
+import { operatorMetrics } from "../shared/metrics.ts";
+import { connectRedis, leaseReplicas } from "../shared/redis-connection.ts";
+import { watchRedis } from "../shared/redis-health.ts";
+
+const dir = mkdtempSync(join(tmpdir(), "eop-redis-health-"));
+t.teardown(() => rmSync(dir, { recursive: true, force: true }));
+
+function capturingLogger(): { log: pino.Logger; lines: Record<string, unknown>[] } {
+  const lines: Record<string, unknown>[] = [];
+  const sink = new Writable({
+    write(chunk: Buffer, _encoding, done) {
+      for (const line of chunk.toString().split("\n")) if (line) lines.push(JSON.parse(line));
+      done();
+    },
+  });
+  return { log: pino({ level: "debug" }, sink), lines };
+}
+
+async function metricValue(name: string, connection: string): Promise<number | undefined> {
+  const metric = await operatorMetrics().registry.getSingleMetric(name)?.get();
+  return metric?.values.find((v) => v.labels.connection === connection)?.value;
+}
+
+t.test("an outage is one warning, reminders at most every 30 s, and one line when it is back", async (t) => {
+  const serverDir = join(dir, "plain");
+  const options = { dir: serverDir, logFile: join(dir, "plain.log"), pidFile: join(dir, "plain.pid") };
+  const server = await startRedis(options);
+  const { log, lines } = capturingLogger();
+  const redis = new Redis(server.url, { maxRetriesPerRequest: null, retryStrategy: () => 100 });
+  t.teardown(() => redis.disconnect());
+  const health = watchRedis(redis, "test", "redis://127.0.0.1", log);
+  await redis.ping();
+  await sleep(50);
+  t.equal(health.connected(), true, "connected");
+  t.equal(await metricValue("etcd_operator_redis_connected", "test"), 1, "gauge 1 while connected");
+
+  await stopDaemon(server.record, 0);
+  // Five seconds of reconnect attempts every 100 ms: ~50 errors from ioredis.
+  await sleep(5_000);
+  t.equal(health.connected(), false, "not connected while Redis is down");
+  t.equal(await metricValue("etcd_operator_redis_connected", "test"), 0, "gauge 0");
+  t.equal(await metricValue("etcd_operator_redis_disconnects_total", "test"), 1, "one disconnect counted");
+  const warnings = lines.filter((l) => l.level === 40);
+  t.equal(
+    warnings.length,
+    1,
+    `one warning for the whole outage so far (${warnings.map((w) => w.msg).join("; ")})`,
+  );
+  t.equal(warnings[0]?.msg, "Redis connection lost; steps wait until it is back");
+
+  const restarted = await startRedis({ ...options, port: server.port });
+  await redis.ping();
+  await sleep(50);
+  t.equal(health.connected(), true, "connected again");
+  t.equal(await metricValue("etcd_operator_redis_connected", "test"), 1, "gauge 1 again");
+  const back = lines.find((l) => l.msg === "Redis connection back");
+  t.ok(
+    typeof back?.downSeconds === "number" && back.downSeconds >= 4 && back.downSeconds < 30,
+    `the line when it is back says for how long it was gone (${String(back?.downSeconds)} s)`,
+  );
+  await stopDaemon(restarted.record);
+});
+
+t.test("on a Sentinel group, a new lease is on a replica before the step runs", async (t) => {
+  const group = await startSentinelGroup({ dir: join(dir, "sentinel") });
+  t.teardown(() => group.stop());
+  const config = loadConfig({ REDIS_SENTINELS: group.sentinelsEnv, REDIS_SENTINEL_MASTER: group.masterName });
+  const redis = connectRedis(config, { maxRetriesPerRequest: null });
+  t.teardown(() => redis.disconnect());
+  const acquired = await acquireLease(
+    redis,
+    "ns/replicated",
+    10_000,
+    {},
+    { replicas: leaseReplicas(config) },
+  );
+  t.ok("lease" in acquired && acquired.replicated, "taken, and a replica acknowledged it");
+  const primary = await group.primaryPort();
+  const replicas = group.servers.filter((s) => s.port !== primary);
+  for (const replica of replicas) {
+    const client = new Redis({ port: replica.port, host: "127.0.0.1", maxRetriesPerRequest: 0 });
+    t.equal(await client.exists(leaseKey("ns/replicated")), 1, `replica ${replica.name} holds the lease`);
+    client.disconnect();
+  }
+
+  // The primary lost: the promoted replica still knows who holds the cluster.
+  const killed = await group.killPrimary();
+  await group.awaitFailover(killed);
+  const second = await acquireLease(redis, "ns/replicated", 10_000, {}, { replicas: 1 });
+  t.ok("heldForMs" in second, "after the failover a second worker is told the cluster is held");
+  if ("lease" in acquired) {
+    await acquired.lease.guard();
+    t.pass("and the first holder's guard still passes on the new primary");
+    await acquired.lease.release();
+  }
+
+  // No replica: the lease is taken all the same (steps go on), reported as not replicated.
+  const lone = await startRedis({
+    dir: join(dir, "lone"),
+    logFile: join(dir, "lone.log"),
+    pidFile: join(dir, "lone.pid"),
+  });
+  const plain = new Redis(lone.url, { maxRetriesPerRequest: null });
+  const started = Date.now();
+  const unreplicated = await acquireLease(plain, "ns/lone", 10_000, {}, { replicas: 1 });
+  t.ok("lease" in unreplicated && !unreplicated.replicated, "taken without a replica, and reported so");
+  t.ok(Date.now() - started < 2_000, "after waiting at most half a second for one");
+  plain.disconnect();
+  await stopDaemon(lone.record);
+});
