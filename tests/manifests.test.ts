@@ -745,6 +745,106 @@ for (const chart of charts) {
   });
 }
 
+await t.test(
+  "on a Sentinel group (chart values or the kustomize component) every container asks the sentinels",
+  async (t) => {
+    const sentinels = ["sentinel-0.redis:26379", "sentinel-1.redis:26379", "sentinel-2.redis:26379"];
+    const chart = helmTemplate([
+      "--set",
+      "redis.bundled=false,redis.sentinel.masterName=queue,redis.sentinel.tls=true,redis.passwordSecret=redis-auth,redis.caSecret=redis-ca,keda.enabled=true",
+      "--set-json",
+      `redis.sentinel.addresses=${JSON.stringify(sentinels)}`,
+    ]);
+    const kustomized = kustomizeWith("manifests/overlays/namespaced", [
+      "manifests/components/redis-sentinel",
+    ]);
+    for (const [name, yaml] of [
+      ["chart", chart],
+      ["kustomize", kustomized],
+    ] as const) {
+      const objects = yamlObjects(yaml);
+      const configMap = ofKind<{ metadata: { name: string }; data?: Record<string, string> }>(
+        objects,
+        "ConfigMap",
+      ).find((m) => m.metadata.name === "etcd-operator-redis-sentinel");
+      t.notOk(
+        ofKind<V1Deployment>(objects, "Deployment").some(
+          (d) =>
+            d.metadata.labels?.["app.kubernetes.io/component"] === "redis" ||
+            d.metadata.name.endsWith("-redis"),
+        ),
+        `${name}: no Redis of its own`,
+      );
+      const containers = operatorContainers(objects);
+      t.equal(containers.length, 4, `${name}: watcher, scheduler, worker, http`);
+      for (const { deployment, container } of containers) {
+        const where = `${name} ${deployment}/${container.name}`;
+        // The environment the container gets, with ConfigMap references resolved from the rendering.
+        const env: Record<string, string> = {};
+        for (const e of container.env ?? []) {
+          const ref = e.valueFrom?.configMapKeyRef;
+          const value = e.value ?? (ref ? configMap?.data?.[ref.key] : undefined);
+          if (value !== undefined) env[e.name] = value;
+        }
+        t.notOk("REDIS_URL" in env, `${where}: no REDIS_URL`);
+        const config = loadConfig(env);
+        t.equal(config.redisSentinel?.sentinels.length, 3, `${where}: three sentinels`);
+        const password = container.env?.find((e) => e.name === "REDIS_PASSWORD")?.valueFrom?.secretKeyRef;
+        t.equal(password?.optional, true, `${where}: the Redis password from an optional Secret key`);
+        if (name === "chart") {
+          t.same(
+            config.redisSentinel?.sentinels.map((s) => `${s.host}:${s.port}`),
+            sentinels,
+            `${where}: the sentinels given`,
+          );
+          t.equal(config.redisSentinel?.masterName, "queue", `${where}: the master name given`);
+          t.equal(config.redisSentinel?.tls, true, `${where}: TLS`);
+          t.equal(password?.name, "redis-auth", `${where}: from redis.passwordSecret`);
+          t.equal(config.redisTlsCaFile, "/etc/etcd-operator/redis-ca/ca.crt", `${where}: the CA file`);
+          t.ok(
+            container.volumeMounts?.some(
+              (m) => m.name === "redis-ca" && m.mountPath === "/etc/etcd-operator/redis-ca",
+            ),
+            `${where}: the CA Secret is mounted`,
+          );
+        }
+      }
+      if (name === "chart") {
+        const scaled = ofKind<{ spec: { triggers: { type: string; metadata: Record<string, string> }[] } }>(
+          objects,
+          "ScaledObject",
+        );
+        const trigger = scaled[0]?.spec.triggers[0];
+        t.equal(trigger?.type, "redis-sentinel", "KEDA asks the sentinels too");
+        t.equal(trigger?.metadata.addresses, sentinels.join(","), "with the same addresses");
+        t.equal(trigger?.metadata.sentinelMaster, "queue", "and master name");
+        t.equal(trigger?.metadata.enableTLS, "true", "over TLS");
+      }
+      const lines = dryRun(yaml);
+      t.equal(lines.length, objects.length, `${name}: ${lines.length} objects accepted`);
+    }
+    for (const [values, message] of [
+      ["redis.bundled=true", /redis\.sentinel\.addresses needs redis\.bundled=false/],
+      [
+        "redis.bundled=false,redis.url=redis://x:6379",
+        /redis\.url and redis\.sentinel\.addresses are both set/,
+      ],
+    ] as const) {
+      const refused = run(helm, [
+        "template",
+        "eop",
+        "charts/etcd-operator",
+        "--set",
+        values,
+        "--set-json",
+        `redis.sentinel.addresses=${JSON.stringify(sentinels)}`,
+      ]);
+      t.not(refused.status, 0, `${values} with sentinels refused`);
+      t.match(refused.stderr, message, `${values}: says why`);
+    }
+  },
+);
+
 await t.test("the chart ships the generated CRDs", async (t) => {
   const yaml = helmTemplate(["--include-crds"]);
   const crds = ofKind(yamlObjects(yaml), "CustomResourceDefinition")

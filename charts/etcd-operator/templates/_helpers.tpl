@@ -30,8 +30,60 @@ app.kubernetes.io/component: {{ .component }}
 {{- if .Values.redis.bundled -}}
 redis://{{ include "etcd-operator.fullname" . }}-redis:6379
 {{- else -}}
-{{- required "redis.url is required when redis.bundled is false" .Values.redis.url -}}
+{{- required "redis.url is required when redis.bundled is false (or give redis.sentinel.addresses)" .Values.redis.url -}}
 {{- end -}}
+{{- end -}}
+
+{{/* Where the operator finds Redis: a URL, or a Sentinel group (with optional Secrets). */}}
+{{- define "etcd-operator.redisEnv" -}}
+{{- $sentinel := .Values.redis.sentinel | default dict }}
+{{- if $sentinel.addresses }}
+{{- if .Values.redis.bundled }}
+{{- fail "redis.sentinel.addresses needs redis.bundled=false (the bundled Redis is a single server)" }}
+{{- end }}
+{{- if .Values.redis.url }}
+{{- fail "redis.url and redis.sentinel.addresses are both set: give one or the other" }}
+{{- end }}
+- name: REDIS_SENTINELS
+  value: {{ join "," $sentinel.addresses | quote }}
+- name: REDIS_SENTINEL_MASTER
+  value: {{ $sentinel.masterName | default "mymaster" | quote }}
+{{- if $sentinel.tls }}
+- name: REDIS_SENTINEL_TLS
+  value: "true"
+{{- end }}
+{{- else }}
+- name: REDIS_URL
+  value: {{ include "etcd-operator.redisUrl" . | quote }}
+{{- end }}
+{{- with .Values.redis.passwordSecret }}
+- name: REDIS_PASSWORD
+  valueFrom:
+    secretKeyRef: { name: {{ . | quote }}, key: password, optional: true }
+- name: REDIS_SENTINEL_PASSWORD
+  valueFrom:
+    secretKeyRef: { name: {{ . | quote }}, key: sentinel-password, optional: true }
+{{- end }}
+{{- if .Values.redis.caSecret }}
+- name: REDIS_TLS_CA_FILE
+  value: /etc/etcd-operator/redis-ca/ca.crt
+{{- end }}
+{{- end -}}
+
+{{/* The volume and mount of redis.caSecret, for every operator container. */}}
+{{- define "etcd-operator.redisCaVolume" -}}
+{{- with .Values.redis.caSecret }}
+- name: redis-ca
+  secret:
+    secretName: {{ . | quote }}
+{{- end }}
+{{- end -}}
+{{- define "etcd-operator.redisCaMount" -}}
+{{- if .Values.redis.caSecret }}
+- name: redis-ca
+  mountPath: /etc/etcd-operator/redis-ca
+  readOnly: true
+{{- end }}
 {{- end -}}
 
 {{/* Environment every operator container shares. */}}
@@ -40,8 +92,7 @@ redis://{{ include "etcd-operator.fullname" . }}-redis:6379
   valueFrom:
     fieldRef:
       fieldPath: metadata.namespace
-- name: REDIS_URL
-  value: {{ include "etcd-operator.redisUrl" . | quote }}
+{{ include "etcd-operator.redisEnv" . }}
 - name: CLUSTER_WIDE
   value: {{ eq .Values.scope "cluster-wide" | quote }}
 - name: LOG_LEVEL
