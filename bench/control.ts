@@ -17,7 +17,6 @@
 //   - the machine's load average.
 // Runs against the local control plane; never part of the default tests.
 import { readFileSync, writeFileSync } from "node:fs";
-import { request } from "node:https";
 import { join } from "node:path";
 import { parseArgs } from "node:util";
 import { CustomObjectsApi } from "@kubernetes/client-node";
@@ -32,6 +31,7 @@ import { Kube } from "../shared/kube.ts";
 import { RECONCILE_QUEUE, requestReconcile } from "../shared/queue.ts";
 import { type ClusterClients, createCluster } from "../tests/helpers/clusters.ts";
 import { type OperatorProcess, startOperatorProcess } from "../tests/helpers/operator-processes.ts";
+import { apiRequestCounts, countsSince } from "./api-requests.ts";
 import { operatorBuild } from "./operator-entry.ts";
 import { saveResults } from "./results.ts";
 import { processCpuSeconds as cpuSeconds, keepLogs, load, summary } from "./stats.ts";
@@ -110,40 +110,6 @@ function participants(watcher: OperatorProcess, workers: OperatorProcess[]): Map
     ...workers.map((w, i): [string, number | undefined] => [`worker ${i + 1}`, w.child.pid]),
     ["bench (requests)", process.pid],
   ]);
-}
-
-/** kube-apiserver's own count of requests so far, by "VERB resource" (its /metrics). */
-async function apiRequestCounts(): Promise<Map<string, number>> {
-  const server = kc.getCurrentCluster();
-  const user = kc.getCurrentUser();
-  const b64 = (data: string | undefined) => (data ? Buffer.from(data, "base64") : undefined);
-  const text = await new Promise<string>((resolve, reject) => {
-    const req = request(
-      `${server?.server}/metrics`,
-      { ca: b64(server?.caData), cert: b64(user?.certData), key: b64(user?.keyData) },
-      (res) => {
-        let body = "";
-        res.setEncoding("utf8");
-        res.on("data", (chunk: string) => {
-          body += chunk;
-        });
-        res.on("end", () => resolve(body));
-        res.on("error", reject);
-      },
-    );
-    req.on("error", reject);
-    req.end();
-  });
-  const counts = new Map<string, number>();
-  for (const line of text.split("\n")) {
-    if (!line.startsWith("apiserver_request_total{")) continue;
-    const verb = /verb="([^"]*)"/.exec(line)?.[1] ?? "";
-    const resource = /resource="([^"]*)"/.exec(line)?.[1] ?? "";
-    const subresource = /subresource="([^"]*)"/.exec(line)?.[1];
-    const key = `${verb} ${resource}${subresource ? `/${subresource}` : ""}`;
-    counts.set(key, (counts.get(key) ?? 0) + Number(line.slice(line.lastIndexOf(" ") + 1)));
-  }
-  return counts;
 }
 
 /** Mean duration (ms) and count of the workers' reconciles by result and by step, from their /metrics. */
@@ -297,7 +263,7 @@ try {
     completed = 0;
     progress(`run ${run + 1}/${RUNS} throughput: ${ROUNDS} × ${CLUSTERS} reconcile requests`);
     const cpuBefore = new Map([...processesByName].map(([name, pid]) => [name, cpuSeconds(pid)]));
-    const requestsBefore = await apiRequestCounts();
+    const requestsBefore = await apiRequestCounts(kc);
     const started = performance.now();
     for (let round = 0; round < ROUNDS; round++) {
       await Promise.all(names.map((name) => requestReconcile(queue, redis, NS, name, { reason: "bench" })));
@@ -306,15 +272,7 @@ try {
     const seconds = (performance.now() - started) / 1000;
     const done = completed;
     perRun.perWorker.push(done / seconds / WORKERS);
-    const requestsAfter = await apiRequestCounts();
-    perRun.requests.push(
-      Object.fromEntries(
-        [...requestsAfter]
-          .map(([key, n]): [string, number] => [key, (n - (requestsBefore.get(key) ?? 0)) / done])
-          .filter(([, n]) => n >= 0.01)
-          .map(([key, n]) => [key, Number(n.toFixed(2))]),
-      ),
-    );
+    perRun.requests.push(countsSince(requestsBefore, await apiRequestCounts(kc), done));
     perRun.cpu.push(
       Object.fromEntries(
         [...processesByName].map(([name, pid]) => [
