@@ -144,6 +144,37 @@ function rowsOf(bench: string, result: Result): Row[] {
           atMost: num(field(result.goal, "leaderMoveGapMsAtMost")) ?? 1000,
         }),
       ];
+    case "redis-outage/redis-outage":
+      return goalRow(
+        result,
+        "every cluster caught up after Redis is back (slowest cluster, per run)",
+        field(result.catchUpMs, "max"),
+        "ms",
+        { atMost: num(field(result.goal, "catchUpMaxMsAtMost")) ?? 30_000 },
+      );
+    case "soak/soak": {
+      const bound = num(result.boundMs) ?? 120_000;
+      const byKind = field(result, "convergeMsByKind");
+      const kinds = typeof byKind === "object" && byKind !== null ? Object.entries(byKind) : [];
+      const lost = num(result.writesMissingAtEnd) ?? 0;
+      return [
+        ...kinds.flatMap(([kind, figures]) => {
+          const p50 = num(field(figures, "p50"));
+          const min = num(field(figures, "min"));
+          const max = num(field(figures, "max"));
+          if (p50 === undefined || min === undefined || max === undefined) return [];
+          const measure = `convergence after \`${kind}\` (${num(field(figures, "rounds")) ?? "?"} rounds; p99 ${num(field(figures, "p99"))} ms)`;
+          return goalRow(result, measure, { median: p50, min, max }, "ms", { atMost: bound });
+        }),
+        ...goalRow(
+          result,
+          `acknowledged writes lost (of ${num(result.writesAcknowledged) ?? 0})`,
+          { median: lost, min: lost, max: lost },
+          "",
+          { atMost: 0 },
+        ),
+      ];
+    }
     default:
       return [];
   }

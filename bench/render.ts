@@ -83,6 +83,30 @@ function table(file: ResultsFile): string[] {
     );
   }
   for (const r of file.results) {
+    if (typeof r.setup === "string") lines.push("", `${scenarioName(r)}: ${r.setup}.`);
+    if (!Array.isArray(r.runs)) continue;
+    // The Redis outage bench: what the operator said while Redis was gone.
+    for (const [index, run] of r.runs.entries()) {
+      const during = (
+        run as {
+          duringOutage?: {
+            readyzStatus?: number;
+            redisConnected?: number | null;
+            warnings?: Record<string, Record<string, number>>;
+          };
+        }
+      ).duringOutage;
+      if (!during) continue;
+      const warnings = Object.values(during.warnings ?? {}).flatMap((byMessage) => Object.values(byMessage));
+      lines.push(
+        "",
+        `Run ${index + 1}, while Redis was down: \`/readyz\` answered ${during.readyzStatus}, ` +
+          `\`etcd_operator_redis_connected\` was ${during.redisConnected}, and all processes together logged ` +
+          `${warnings.reduce((a, b) => a + b, 0)} warning lines.`,
+      );
+    }
+  }
+  for (const r of file.results) {
     if (!isSpread(r.defragMs) || !isSpread(r.gapMs)) continue;
     lines.push(
       "",

@@ -1,3 +1,4 @@
+import { saveResults } from "../bench/results.ts";
 import { newestPatchOf } from "../shared/etcd-versions.ts";
 import {
   deleteMemberPod,
@@ -7,6 +8,8 @@ import {
   OTHER_FAULTS,
   percentile,
   type RoundResult,
+  redisFailover,
+  redisOutage,
   runRound,
   startChaosCluster,
   type Target,
@@ -30,15 +33,32 @@ const log = (line: string) => process.stdout.write(`[soak ${new Date().toISOStri
 log(`CHAOS_SEED=${SEED} rounds=${ROUNDS}`);
 
 const startedAt = Date.now();
-const { local, c, operator } = await startChaosCluster("soak-chaos");
+// The operator runs on a Redis Sentinel group, as production installs do: the Redis faults then
+// include a failover of its primary besides outages and a wipe.
+const { local, c, operator, sentinel } = await startChaosCluster("soak-chaos", { sentinel: true });
 const rand = chooser(SEED);
-const target: Target = { local, c, namespace: "default", name: "soak", size: 3, operator, rand };
+const target: Target = {
+  local,
+  c,
+  namespace: "default",
+  name: "soak",
+  size: 3,
+  operator,
+  rand,
+  ...(sentinel ? { sentinel } : {}),
+};
 const results: RoundResult[] = [];
 let failure: string | undefined;
 let writesChecked = 0;
 let writer: ReturnType<typeof startWriter> | undefined;
 
-const others = Object.entries(OTHER_FAULTS);
+const others = Object.entries({
+  ...OTHER_FAULTS,
+  "redis-failover": redisFailover,
+  "redis-outage": redisOutage,
+});
+// Every OTHER_EVERY-th round adds one of the other faults, in turn: each comes up at least once.
+const OTHER_EVERY = Math.max(1, Math.min(10, Math.floor(ROUNDS / others.length)));
 try {
   await createCluster(c, "default", "soak", { size: 3, version: newestPatchOf("3.6") });
   await waitConverged(target, Date.now(), BOUND_MS);
@@ -47,8 +67,8 @@ try {
     const plan: [string, Fault][] = [
       rand.chance(0.5) ? ["kill-member-process", killMemberProcess] : ["delete-member-pod", deleteMemberPod],
     ];
-    if (round % 10 === 0) {
-      const other = others[(round / 10 - 1) % others.length];
+    if (round % OTHER_EVERY === 0) {
+      const other = others[(round / OTHER_EVERY - 1) % others.length];
       if (other) plan.push(other);
     }
     for (const [name, fault] of plan) {
@@ -78,6 +98,7 @@ const finalMissing = failure
 const kinds = [...new Set(results.map((r) => r.kind))].sort();
 const times = results.map((r) => r.convergeMs);
 const summary = {
+  scenario: "soak",
   seed: SEED,
   rounds: results.length,
   memberRounds: results.filter((r) => r.kind === "kill-member-process" || r.kind === "delete-member-pod")
@@ -91,7 +112,14 @@ const summary = {
       const gaps = of.map((r) => r.longestWriteGapMs);
       return [
         k,
-        { p50: percentile(ms, 50), p99: percentile(ms, 99), longestWriteGapMs: Math.max(0, ...gaps) },
+        {
+          rounds: of.length,
+          min: Math.min(...ms),
+          p50: percentile(ms, 50),
+          p99: percentile(ms, 99),
+          max: Math.max(0, ...ms),
+          longestWriteGapMs: Math.max(0, ...gaps),
+        },
       ];
     }),
   ),
@@ -105,6 +133,11 @@ const summary = {
   failure,
 };
 process.stdout.write(`${JSON.stringify(summary)}\n`);
+// CHAOS_SOAK_SAVE=1 keeps the figures in bench/results/soak.json (rendered on docs/benchmarks.md).
+if (process.env.CHAOS_SOAK_SAVE === "1" && !failure) {
+  const variant = ROUNDS === 100 ? "" : `${ROUNDS} rounds`;
+  log(`saved ${saveResults("soak", "soak", variant, [summary])}`);
+}
 await operator.stopAll();
 await local.stop();
 process.exit(failure || finalMissing.length > 0 ? 1 : 0);

@@ -47,6 +47,11 @@ export interface SentinelGroup {
   awaitFailover(fromPort: number, timeoutMs?: number): Promise<number>;
   /** Starts a killed server again (it rejoins as a replica of the current primary). */
   restart(port: number): Promise<void>;
+  /**
+   * Every server stopped for `downMs` (the sentinels keep running, with no one to promote), then
+   * started again: the primary as before, the others as its replicas, their data from their files.
+   */
+  outage(downMs: number): Promise<void>;
   /** Stops every server and sentinel. */
   stop(): Promise<void>;
 }
@@ -301,6 +306,20 @@ export async function startSentinelGroup(options: SentinelGroupOptions): Promise
         what: `${nodeAt(port).name} to be in sync`,
         timeoutMs: 30_000,
       });
+    },
+    async outage(downMs) {
+      const primaryAt = await primaryPort();
+      for (const node of servers) await stopNode(node.pidFile, 5_000);
+      await new Promise((resolve) => setTimeout(resolve, downMs));
+      await start(nodeAt(primaryAt));
+      for (const node of servers) if (node.port !== primaryAt) await start(node, primaryAt);
+      await waitUntil(
+        async () =>
+          (
+            await Promise.all(servers.filter((n) => n.port !== primaryAt).map((n) => replicaInSync(n.port)))
+          ).every(Boolean),
+        { what: "both replicas to be in sync again", timeoutMs: 30_000 },
+      );
     },
     async stop() {
       for (let index = 0; index < 3; index++) await stopNode(join(dir, `sentinel-${index}.pid`), 5_000);

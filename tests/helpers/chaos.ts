@@ -13,6 +13,7 @@ import { Redis } from "ioredis";
 import { installCrds } from "../../infra/crds.ts";
 import { type LocalCluster, startLocalCluster } from "../../infra/local/control-plane.ts";
 import { clientsFor, waitFor } from "../../infra/local/kube-wait.ts";
+import { type SentinelGroup, startSentinelGroup } from "../../infra/local/redis-sentinel.ts";
 import { endpointStatuses } from "../../shared/etcd-members.ts";
 import { Kube } from "../../shared/kube.ts";
 import { type ClusterClients, getCluster } from "./clusters.ts";
@@ -40,13 +41,25 @@ export interface OperatorRoles {
  */
 export async function startChaosCluster(
   name: string,
-): Promise<{ local: LocalCluster; c: ClusterClients; operator: OperatorRoles }> {
-  const local = await startLocalCluster({ name });
+  options: { sentinel?: boolean } = {},
+): Promise<{ local: LocalCluster; c: ClusterClients; operator: OperatorRoles; sentinel?: SentinelGroup }> {
+  const local = await startLocalCluster({ name, redis: !options.sentinel });
   const { kc, core } = clientsFor(local.kubeconfigPath);
   const c: ClusterClients = { kube: new Kube(kc), core, custom: kc.makeApiClient(CustomObjectsApi) };
   await installCrds(kc);
-  const operator = startOperatorRoles(local, CHAOS_OPERATOR_ENV);
-  return { local, c, operator };
+  // The group's files and pid files are in a folder of the instance: its cleanup stops them.
+  const sentinel = options.sentinel
+    ? await startSentinelGroup({ dir: join(local.dir, "redis-sentinel") })
+    : undefined;
+  const env = sentinel
+    ? {
+        ...CHAOS_OPERATOR_ENV,
+        REDIS_SENTINELS: sentinel.sentinelsEnv,
+        REDIS_SENTINEL_MASTER: sentinel.masterName,
+      }
+    : CHAOS_OPERATOR_ENV;
+  const operator = startOperatorRoles(local, env);
+  return { local, c, operator, ...(sentinel ? { sentinel } : {}) };
 }
 
 /** The operator settings of the chaos suite (see startChaosCluster). */
@@ -77,6 +90,8 @@ export function startOperatorRoles(local: LocalCluster, env: Record<string, stri
 
 export interface Target {
   local: LocalCluster;
+  /** When the operator runs on a Sentinel group instead of the instance's single Redis. */
+  sentinel?: SentinelGroup;
   c: ClusterClients;
   namespace: string;
   name: string;
@@ -459,13 +474,53 @@ export async function threeWorkers(t: Target): Promise<FaultReport & { done(): P
 
 export async function restartRedis(t: Target): Promise<FaultReport> {
   const deleted = await deleteMemberPod(t);
-  await t.local.restartRedis(2_000);
+  await redisDown(t, 2_000);
   return { kind: "restart-redis", detail: `Redis down 2 s right after ${deleted.detail} was deleted` };
+}
+
+/** Every Redis server stopped for `ms` and started again with its data. */
+async function redisDown(t: Target, ms: number): Promise<void> {
+  if (t.sentinel) await t.sentinel.outage(ms);
+  else await t.local.restartRedis(ms);
+}
+
+/** How long the long Redis outage lasts: minutes in production terms, kept at one here. */
+export const REDIS_OUTAGE_MS = 60_000;
+
+/** Redis down for a minute right after a member pod was deleted: nothing heals until it is back. */
+export async function redisOutage(t: Target): Promise<FaultReport> {
+  const deleted = await deleteMemberPod(t);
+  await redisDown(t, REDIS_OUTAGE_MS);
+  return {
+    kind: "redis-outage",
+    detail: `Redis down ${REDIS_OUTAGE_MS / 1000} s right after ${deleted.detail} was deleted`,
+  };
+}
+
+/**
+ * The Sentinel group's primary SIGKILLed right after a member pod was deleted: the sentinels
+ * promote a replica and the operator must follow. The killed server rejoins as a replica after
+ * the round.
+ */
+export async function redisFailover(t: Target): Promise<FaultReport & { done(): Promise<void> }> {
+  const group = t.sentinel;
+  if (!group) throw new Error("redis-failover needs the operator on a Sentinel group");
+  const deleted = await deleteMemberPod(t);
+  const killed = await group.killPrimary();
+  const killedAt = Date.now();
+  const promoted = await group.awaitFailover(killed);
+  return {
+    kind: "redis-failover",
+    detail: `Redis primary :${killed} SIGKILLed right after ${deleted.detail} was deleted; :${promoted} promoted in ${Date.now() - killedAt} ms`,
+    done: () => group.restart(killed),
+  };
 }
 
 /** Every key in Redis gone (queues, leases, schedules) right after a member pod was deleted. */
 export async function wipeRedis(t: Target): Promise<FaultReport> {
-  const redis = new Redis(t.local.redisUrl ?? "", { maxRetriesPerRequest: null });
+  const redis = t.sentinel
+    ? new Redis({ sentinels: t.sentinel.sentinels, name: t.sentinel.masterName, maxRetriesPerRequest: null })
+    : new Redis(t.local.redisUrl ?? "", { maxRetriesPerRequest: null });
   try {
     const deleted = await deleteMemberPod(t);
     await redis.flushall();
