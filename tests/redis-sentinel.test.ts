@@ -78,23 +78,25 @@ function logLines(p: OperatorProcess): LogLine[] {
 }
 
 /**
- * Each worker's steps of a cluster as [start, end] times, from "step starting" to the next "step
- * done" (or lease-lost / failure line) of the same job in the same process.
+ * Each worker's steps of a cluster as [start, end] times: from "step starting" to the line that
+ * ends the same job's reconcile in the same process ("step done", a lost lease, a block, or the
+ * job failing, which BullMQ logs without the cluster). A step still open at the end of the log
+ * counts as running until now.
  */
 function stepIntervals(p: OperatorProcess, cluster: string): [number, number][] {
   const intervals: [number, number][] = [];
-  let open: number | undefined;
+  let open: { time: number; job?: string } | undefined;
+  const ends = /^(step done|lease lost|reconcile blocked|reconcile job failed)/;
   for (const line of logLines(p)) {
-    if (line.cluster !== cluster) continue;
-    if (line.msg === "step starting") open = line.time;
-    else if (open !== undefined && line.msg !== undefined) {
-      if (line.msg === "step done" || /lease lost|failed|blocked/.test(line.msg)) {
-        intervals.push([open, line.time]);
-        open = undefined;
-      }
+    if (line.cluster === cluster && line.msg === "step starting") {
+      if (open) intervals.push([open.time, line.time]);
+      open = { time: line.time, job: line.job };
+    } else if (open && line.job === open.job && line.msg !== undefined && ends.test(line.msg)) {
+      intervals.push([open.time, line.time]);
+      open = undefined;
     }
   }
-  if (open !== undefined) intervals.push([open, Number.POSITIVE_INFINITY]);
+  if (open) intervals.push([open.time, Date.now()]);
   return intervals;
 }
 
