@@ -202,6 +202,16 @@ export const ALERT_GROUPS: RuleGroup[] = [
           "worker: workers down or too few, or Redis in trouble.",
       }),
       rule({
+        alert: "EtcdOperatorRedisDown",
+        expr: "min by (pod) (etcd_operator_redis_connected) == 0",
+        for: "2m",
+        severity: "critical",
+        summary: "The etcd operator cannot reach Redis",
+        description:
+          "{{ $labels.pod }} has had no Redis connection for 2 minutes: no EtcdCluster is healed, scaled " +
+          "or backed up until Redis is back.",
+      }),
+      rule({
         alert: "EtcdOperatorReconcileErrors",
         expr: 'sum(rate(etcd_operator_reconcile_total{result="error"}[10m])) > 0',
         for: "30m",

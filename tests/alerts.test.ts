@@ -398,6 +398,23 @@ const UNIT_TESTS: UnitTest[] = [
     ],
   },
   {
+    alert: "EtcdOperatorRedisDown",
+    input: [
+      // A worker whose connections are lost for 10 minutes, and one whose worker connection blips.
+      {
+        series: 'etcd_operator_redis_connected{connection="commands",pod="eop-worker-a"}',
+        values: "1 1 0x12",
+      },
+      { series: 'etcd_operator_redis_connected{connection="worker",pod="eop-worker-a"}', values: "1 1 0x12" },
+      { series: 'etcd_operator_redis_connected{connection="commands",pod="eop-worker-b"}', values: "1x14" },
+      { series: 'etcd_operator_redis_connected{connection="worker",pod="eop-worker-b"}', values: "1 0 1x12" },
+    ],
+    cases: [
+      at("3m", "EtcdOperatorRedisDown"),
+      at("10m", "EtcdOperatorRedisDown", fired("EtcdOperatorRedisDown", { pod: "eop-worker-a" })),
+    ],
+  },
+  {
     alert: "EtcdOperatorReconcileErrors",
     input: [
       { series: 'etcd_operator_reconcile_total{result="error",pod="eop-worker-a"}', values: "0+1x60" },
