@@ -1,7 +1,8 @@
 // Redis connections under failure, against real Redis servers and a real Sentinel group (no
 // Kubernetes): what a process reports while its Redis is down and when it is back, and the
 // per-cluster lease on the replicas before a step runs.
-import { mkdtempSync, rmSync } from "node:fs";
+import { randomBytes } from "node:crypto";
+import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { Writable } from "node:stream";
@@ -15,6 +16,7 @@ import { startSentinelGroup } from "../infra/local/redis-sentinel.ts";
 import { loadConfig } from "../shared/config.ts";
 import { acquireLease, leaseKey } from "../shared/lease.ts";
 import { operatorMetrics } from "../shared/metrics.ts";
+import { createCertificateAuthority, issueCertificate } from "../shared/pki.ts";
 import { connectRedis, leaseReplicas } from "../shared/redis-connection.ts";
 import { watchRedis } from "../shared/redis-health.ts";
 
@@ -82,6 +84,8 @@ t.test("on a Sentinel group, a new lease is on a replica before the step runs", 
   t.teardown(() => group.stop());
   const config = loadConfig({ REDIS_SENTINELS: group.sentinelsEnv, REDIS_SENTINEL_MASTER: group.masterName });
   const redis = connectRedis(config, { maxRetriesPerRequest: null });
+  // ioredis reports each failed reconnect during the failover as an error event.
+  redis.on("error", () => {});
   t.teardown(() => redis.disconnect());
   const acquired = await acquireLease(
     redis,
@@ -123,4 +127,74 @@ t.test("on a Sentinel group, a new lease is on a replica before the step runs", 
   t.ok(Date.now() - started < 2_000, "after waiting at most half a second for one");
   plain.disconnect();
   await stopDaemon(lone.record);
+});
+
+t.test("TLS and passwords: the operator's connection finds the primary through the sentinels", async (t) => {
+  const tlsDir = join(dir, "tls");
+  mkdirSync(tlsDir);
+  const ca = await createCertificateAuthority("redis test CA");
+  const leaf = await issueCertificate(ca, {
+    commonName: "redis",
+    ipAddresses: ["127.0.0.1"],
+    usage: ["server", "client"],
+  });
+  const files = {
+    certFile: join(tlsDir, "tls.crt"),
+    keyFile: join(tlsDir, "tls.key"),
+    caFile: join(tlsDir, "ca.crt"),
+  };
+  writeFileSync(files.certFile, leaf.cert);
+  writeFileSync(files.keyFile, leaf.key);
+  writeFileSync(files.caFile, ca.cert);
+  const password = randomBytes(12).toString("hex");
+  const sentinelPassword = randomBytes(12).toString("hex");
+  const group = await startSentinelGroup({
+    dir: join(dir, "sentinel-tls"),
+    tls: files,
+    password,
+    sentinelPassword,
+  });
+  t.teardown(() => group.stop());
+  const env = {
+    REDIS_SENTINELS: group.sentinelsEnv,
+    REDIS_SENTINEL_MASTER: group.masterName,
+    REDIS_SENTINEL_TLS: "true",
+    REDIS_TLS_CA_FILE: files.caFile,
+    REDIS_PASSWORD: password,
+    REDIS_SENTINEL_PASSWORD: sentinelPassword,
+  };
+  const redis = connectRedis(loadConfig(env), { maxRetriesPerRequest: null });
+  redis.on("error", () => {});
+  t.teardown(() => redis.disconnect());
+  await redis.set("eop:tls-check", "1");
+  t.equal(await redis.get("eop:tls-check"), "1", "a write and a read over TLS, with both passwords");
+  const acquired = await acquireLease(redis, "ns/tls", 10_000, {}, { replicas: 1 });
+  t.ok("lease" in acquired && acquired.replicated, "a lease replicated over TLS");
+
+  // The same group refuses a client without TLS, and one with a wrong password.
+  const refused = async (extra: Record<string, string>) => {
+    const client = connectRedis(loadConfig({ ...env, ...extra }), {
+      maxRetriesPerRequest: 0,
+      connectTimeout: 2_000,
+      sentinelRetryStrategy: () => null,
+      retryStrategy: () => null,
+    });
+    client.on("error", () => {});
+    try {
+      await client.get("eop:tls-check");
+      return false;
+    } catch {
+      return true;
+    } finally {
+      client.disconnect();
+    }
+  };
+  t.ok(await refused({ REDIS_SENTINEL_TLS: "false" }), "refused without TLS");
+  t.ok(await refused({ REDIS_PASSWORD: "wrong" }), "refused with a wrong Redis password");
+  t.ok(await refused({ REDIS_SENTINEL_PASSWORD: "wrong" }), "refused with a wrong sentinel password");
+
+  const killed = await group.killPrimary();
+  const promoted = await group.awaitFailover(killed);
+  await redis.set("eop:tls-check", "2");
+  t.equal(await redis.get("eop:tls-check"), "2", `the same connection writes on the promoted :${promoted}`);
 });

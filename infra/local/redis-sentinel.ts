@@ -4,7 +4,7 @@
 // sentinels promote a replica; `failoverAfterMs` is how long the sentinels wait before they call
 // a silent primary down (Redis's default is 30 s; tests use 1 s).
 import { execFileSync } from "node:child_process";
-import { mkdirSync, writeFileSync } from "node:fs";
+import { mkdirSync, readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { Redis } from "ioredis";
 import {
@@ -16,7 +16,7 @@ import {
   stopDaemon,
   waitUntil,
 } from "./daemons.ts";
-import { redisPing, redisServerPath } from "./redis.ts";
+import { redisServerPath } from "./redis.ts";
 
 export const SENTINEL_MASTER = "etcd-operator";
 
@@ -24,6 +24,51 @@ export interface SentinelGroupOptions {
   dir: string;
   /** Sentinels' down-after-milliseconds. */
   failoverAfterMs?: number;
+  /** TLS only, on every server and sentinel (no plain port), with these PEM files. */
+  tls?: { certFile: string; keyFile: string; caFile: string };
+  /** `requirepass` of the servers (and what replicas and sentinels authenticate with). */
+  password?: string;
+  /** `requirepass` of the sentinels. */
+  sentinelPassword?: string;
+}
+
+/** How the group's own checks reach a server or a sentinel (TLS and passwords as configured). */
+type Connect = (port: number, kind: "server" | "sentinel") => Redis;
+
+function connector(options: SentinelGroupOptions): Connect {
+  const ca = options.tls ? readFileSync(options.tls.caFile) : undefined;
+  return (port, kind) => {
+    const password = kind === "server" ? options.password : options.sentinelPassword;
+    return new Redis({
+      port,
+      host: "127.0.0.1",
+      lazyConnect: true,
+      maxRetriesPerRequest: 0,
+      connectTimeout: 1_000,
+      retryStrategy: () => null,
+      ...(password ? { password } : {}),
+      ...(ca ? { tls: { ca } } : {}),
+    });
+  };
+}
+
+/** Runs `ask` on a fresh connection; undefined when the node does not answer. */
+async function ask<T>(
+  connect: Connect,
+  port: number,
+  kind: "server" | "sentinel",
+  work: (c: Redis) => Promise<T>,
+) {
+  const client = connect(port, kind);
+  client.on("error", () => {});
+  try {
+    await client.connect();
+    return await work(client);
+  } catch {
+    return undefined;
+  } finally {
+    client.disconnect();
+  }
 }
 
 export interface RedisNode {
@@ -67,10 +112,28 @@ export function redisSentinelPath(): string {
   }
 }
 
-function serverArgs(node: RedisNode, dir: string, replicaOf?: number): string[] {
+function serverArgs(node: RedisNode, options: SentinelGroupOptions, replicaOf?: number): string[] {
+  const { dir, tls, password } = options;
   return [
-    "--port",
-    String(node.port),
+    ...(tls
+      ? [
+          "--port",
+          "0",
+          "--tls-port",
+          String(node.port),
+          "--tls-cert-file",
+          tls.certFile,
+          "--tls-key-file",
+          tls.keyFile,
+          "--tls-ca-cert-file",
+          tls.caFile,
+          "--tls-auth-clients",
+          "no",
+          "--tls-replication",
+          "yes",
+        ]
+      : ["--port", String(node.port)]),
+    ...(password ? ["--requirepass", password, "--masterauth", password] : []),
     "--bind",
     "127.0.0.1",
     "--dir",
@@ -101,70 +164,21 @@ function serverArgs(node: RedisNode, dir: string, replicaOf?: number): string[] 
   ];
 }
 
-async function askSentinels<T>(
-  sentinels: { host: string; port: number }[],
-  ask: (client: Redis) => Promise<T>,
-): Promise<T | undefined> {
-  for (const sentinel of sentinels) {
-    const client = new Redis({
-      ...sentinel,
-      lazyConnect: true,
-      maxRetriesPerRequest: 0,
-      connectTimeout: 1_000,
-    });
-    try {
-      await client.connect();
-      return await ask(client);
-    } catch {
-      // The next sentinel answers.
-    } finally {
-      client.disconnect();
-    }
-  }
-  return undefined;
-}
-
-/** Whether the server on `port` is a replica whose link to its primary is up (in sync). */
-async function replicaInSync(port: number): Promise<boolean> {
-  const client = new Redis({
-    port,
-    host: "127.0.0.1",
-    lazyConnect: true,
-    maxRetriesPerRequest: 0,
-    connectTimeout: 1_000,
-  });
-  try {
-    await client.connect();
-    return /master_link_status:up/.test(await client.info("replication"));
-  } catch {
-    return false;
-  } finally {
-    client.disconnect();
-  }
-}
-
-async function role(port: number): Promise<string | undefined> {
-  const client = new Redis({
-    port,
-    host: "127.0.0.1",
-    lazyConnect: true,
-    maxRetriesPerRequest: 0,
-    connectTimeout: 1_000,
-  });
-  try {
-    await client.connect();
-    const reply = await client.role();
-    return typeof reply[0] === "string" ? reply[0] : undefined;
-  } catch {
-    return undefined;
-  } finally {
-    client.disconnect();
-  }
-}
-
 export async function startSentinelGroup(options: SentinelGroupOptions): Promise<SentinelGroup> {
   const { dir } = options;
   mkdirSync(dir, { recursive: true });
+  const connect = connector(options);
+  const pong = (port: number, kind: "server" | "sentinel") =>
+    ask(connect, port, kind, async (c) => (await c.ping()) === "PONG").then((ok) => ok === true);
+  const replicaInSync = (port: number) =>
+    ask(connect, port, "server", async (c) => /master_link_status:up/.test(await c.info("replication"))).then(
+      (ok) => ok === true,
+    );
+  const role = (port: number) =>
+    ask(connect, port, "server", async (c) => {
+      const reply = await c.role();
+      return typeof reply[0] === "string" ? reply[0] : undefined;
+    });
   const server = redisServerPath();
   const sentinel = redisSentinelPath();
   const servers: RedisNode[] = [];
@@ -183,11 +197,11 @@ export async function startSentinelGroup(options: SentinelGroupOptions): Promise
     const record = startDaemon({
       name: node.name,
       command: server,
-      args: serverArgs(node, dir, replicaOf),
+      args: serverArgs(node, options, replicaOf),
       logFile: node.logFile,
       pidFile: node.pidFile,
     });
-    await waitUntil(() => redisPing(node.port), {
+    await waitUntil(() => pong(node.port, "server"), {
       what: node.name,
       timeoutMs: 15_000,
       alive: () => isOurProcess(record),
@@ -213,7 +227,17 @@ export async function startSentinelGroup(options: SentinelGroupOptions): Promise
     writeFileSync(
       conf,
       [
-        `port ${port}`,
+        ...(options.tls
+          ? [
+              "port 0",
+              `tls-port ${port}`,
+              `tls-cert-file ${options.tls.certFile}`,
+              `tls-key-file ${options.tls.keyFile}`,
+              `tls-ca-cert-file ${options.tls.caFile}`,
+              "tls-auth-clients no",
+              "tls-replication yes",
+            ]
+          : [`port ${port}`]),
         "bind 127.0.0.1",
         "daemonize no",
         `dir ${dir}`,
@@ -222,6 +246,11 @@ export async function startSentinelGroup(options: SentinelGroupOptions): Promise
         `sentinel down-after-milliseconds ${SENTINEL_MASTER} ${options.failoverAfterMs ?? 1_000}`,
         `sentinel failover-timeout ${SENTINEL_MASTER} 10000`,
         `sentinel parallel-syncs ${SENTINEL_MASTER} 1`,
+        ...(options.password ? [`sentinel auth-pass ${SENTINEL_MASTER} ${options.password}`] : []),
+        // A sentinel with a password authenticates to the other sentinels with the same one.
+        ...(options.sentinelPassword
+          ? [`requirepass ${options.sentinelPassword}`, `sentinel sentinel-pass ${options.sentinelPassword}`]
+          : []),
         "",
       ].join("\n"),
     );
@@ -233,7 +262,7 @@ export async function startSentinelGroup(options: SentinelGroupOptions): Promise
       logFile,
       pidFile: join(dir, `${name}.pid`),
     });
-    await waitUntil(() => redisPing(port), {
+    await waitUntil(() => pong(port, "sentinel"), {
       what: name,
       timeoutMs: 15_000,
       alive: () => isOurProcess(record),
@@ -242,6 +271,13 @@ export async function startSentinelGroup(options: SentinelGroupOptions): Promise
     sentinels.push({ host: "127.0.0.1", port });
   }
 
+  const askSentinels = async <T>(sentinelList: { port: number }[], work: (c: Redis) => Promise<T>) => {
+    for (const sentinel of sentinelList) {
+      const answer = await ask(connect, sentinel.port, "sentinel", work);
+      if (answer !== undefined) return answer;
+    }
+    return undefined;
+  };
   const primaryPort = async (): Promise<number> => {
     const address = await askSentinels(sentinels, (client) =>
       client.call("SENTINEL", "get-master-addr-by-name", SENTINEL_MASTER),
@@ -286,7 +322,13 @@ export async function startSentinelGroup(options: SentinelGroupOptions): Promise
     primaryPort,
     async killPrimary() {
       const port = await primaryPort();
-      await stopNode(nodeAt(port).pidFile, 0);
+      // SIGKILL itself (stopDaemon would send SIGTERM first, and Redis then shuts down in order).
+      const record = readPidFile(nodeAt(port).pidFile);
+      if (record && isOurProcess(record)) process.kill(record.pid, "SIGKILL");
+      await waitUntil(async () => !(record && isOurProcess(record)), {
+        what: `the primary on ${port} to be gone`,
+        timeoutMs: 10_000,
+      });
       return port;
     },
     async awaitFailover(fromPort, timeoutMs = 30_000) {
