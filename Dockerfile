@@ -2,7 +2,8 @@
 # The operator's image: Node 24 running the operator bundled with @kubernetes/client-node
 # (infra/bundle.ts: ~60 MiB less memory per process than the sources), production dependencies
 # only, as a non-root user on a read-only root filesystem. The TypeScript sources are in the image
-# too: restore init containers run infra/restore-init.ts from them (type stripping, no build step).
+# too: restore init containers run infra/restore-init.ts from them, the chart's bundled Redis
+# Sentinel pods infra/redis-sentinel-init.ts (type stripping, no build step).
 #   docker build -t etcd-operator:0.1.0 .
 #   docker run --rm etcd-operator:0.1.0 --role worker      (all | watcher | worker | scheduler | http)
 

@@ -78,6 +78,10 @@ t.test("the image is laid out as the Dockerfile says", async (t) => {
     "the malloc_trim addon, built in the image",
   );
   t.ok(existsSync(join(root, "app/infra/restore-init.ts")), "the sources the restore init containers run");
+  t.ok(
+    existsSync(join(root, "app/infra/redis-sentinel-init.ts")),
+    "and the one the bundled Redis Sentinel's init container runs",
+  );
   t.ok(existsSync(join(root, "app/node_modules/bullmq")), "production dependencies");
   for (const absent of [
     "bin/sh",

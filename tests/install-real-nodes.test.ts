@@ -104,6 +104,8 @@ interface Installation {
   /** The namespace of the users' EtcdClusters, backups and restores, and what marks them this operator's. */
   namespace: string;
   annotations: Record<string, string>;
+  /** Redis is the chart's bundled Sentinel group (a StatefulSet of three) instead of one Deployment. */
+  sentinel?: boolean;
 }
 
 interface Manifest {
@@ -142,6 +144,54 @@ async function membersOf(namespace: string, name: string) {
 }
 
 /** Deletes every pod of the operator at once, as a node drain or a bad rollout would. */
+/** The pod of the Redis server the bundled sentinels name as primary (asked in a sentinel container). */
+function sentinelPrimary(): string {
+  const pods = kubectl(
+    "get",
+    "pods",
+    "--namespace",
+    NS,
+    "-l",
+    "app.kubernetes.io/component=redis",
+    "-o",
+    "jsonpath={.items[*].metadata.name}",
+  )
+    .split(" ")
+    .filter(Boolean);
+  for (const pod of pods) {
+    try {
+      const answer = kubectl(
+        "exec",
+        "--namespace",
+        NS,
+        pod,
+        "-c",
+        "sentinel",
+        "--",
+        "redis-cli",
+        "-p",
+        "26379",
+        "SENTINEL",
+        "get-master-addr-by-name",
+        "mymaster",
+      );
+      const host = answer.trim().split("\n")[0] ?? "";
+      if (host) return host.split(".")[0] ?? "";
+    } catch {
+      // That pod's sentinel is not up: ask the next.
+    }
+  }
+  return "";
+}
+
+/** The replication role ("master" or "slave") the Redis server of `pod` reports. */
+function redisRole(pod: string): string {
+  return (
+    kubectl("exec", "--namespace", NS, pod, "-c", "redis", "--", "redis-cli", "ROLE").trim().split("\n")[0] ??
+    ""
+  );
+}
+
 function deleteOperatorPods(): void {
   kubectl("delete", "pods", "--namespace", NS, "-l", OPERATOR_PODS, "--wait=false");
 }
@@ -149,9 +199,19 @@ function deleteOperatorPods(): void {
 /** The operator's pods run the built image and every Deployment's replicas are Ready. */
 async function checkRunning(t: Test, inst: Installation): Promise<void> {
   const deployments = (await apps.listNamespacedDeployment({ namespace: NS })).items;
-  t.equal(deployments.length, 4, `${inst.label}: controller, worker, HTTP and Redis deployments`);
+  t.equal(
+    deployments.length,
+    inst.sentinel ? 3 : 4,
+    `${inst.label}: controller, worker, HTTP${inst.sentinel ? "" : " and Redis"} deployments`,
+  );
   for (const d of deployments)
     t.equal(d.status?.readyReplicas, d.spec?.replicas, `${d.metadata?.name}: every replica Ready`);
+  if (inst.sentinel) {
+    const sets = (await apps.listNamespacedStatefulSet({ namespace: NS })).items;
+    t.equal(sets.length, 1, "the Redis Sentinel group's StatefulSet");
+    t.equal(sets[0]?.status?.readyReplicas, 3, "its three pods Ready");
+    t.match(sentinelPrimary(), /-redis-\d$/, "the sentinels name a primary");
+  }
   const pods = (await core.listNamespacedPod({ namespace: NS, labelSelector: OPERATOR_PODS })).items;
   const images = new Set(
     pods.flatMap((p) => p.spec?.containers.map((x) => fullImageName(x.image ?? "")) ?? []),
@@ -383,6 +443,50 @@ function journey(inst: Installation): void {
     t.pass("scaled back to 3");
   });
 
+  if (inst.sentinel) {
+    t.test(`${label}: the Redis primary's pod deleted during a scale: a replica takes over`, async (t) => {
+      const primary = sentinelPrimary();
+      kubectl("scale", "--namespace", ns, `etcdcluster/${EXAMPLE}`, "--replicas=5");
+      await waitFor(
+        "a fourth member to be added",
+        async () => ((await membersOf(ns, EXAMPLE)).length >= 4 ? true : undefined),
+        { timeoutMs: 60_000, intervalMs: 200 },
+      );
+      kubectl("delete", "pod", "--namespace", NS, primary, "--wait=false");
+      const promoted = await waitFor(
+        "the sentinels to promote a replica",
+        async () => {
+          const now = sentinelPrimary();
+          return now && now !== primary ? now : undefined;
+        },
+        { timeoutMs: 90_000, intervalMs: 1_000 },
+      );
+      t.not(promoted, primary, `${promoted} promoted after ${primary} was deleted`);
+      await waitReady(c, ns, EXAMPLE, 5, 240_000);
+      t.equal((await membersOf(ns, EXAMPLE)).length, 5, "the scale finished on the new primary");
+      await waitFor(
+        `${primary} back as a replica`,
+        async () => {
+          try {
+            return redisRole(primary) === "slave" ? true : undefined;
+          } catch {
+            return undefined;
+          }
+        },
+        { timeoutMs: 180_000, intervalMs: 2_000 },
+      );
+      t.pass(`${primary} came back as a replica of ${promoted}`);
+      kubectl("scale", "--namespace", ns, `etcdcluster/${EXAMPLE}`, "--replicas=3");
+      await waitReady(c, ns, EXAMPLE, 3, 180_000);
+      await waitFor(
+        "two member pods to go",
+        async () => ((await membersOf(ns, EXAMPLE)).length === 3 ? true : undefined),
+        { timeoutMs: 60_000 },
+      );
+      t.pass("scaled back to 3");
+    });
+  }
+
   t.test(`${label}: a member pod deleted is replaced`, async (t) => {
     const [victim] = await membersOf(ns, EXAMPLE);
     const name = victim?.metadata?.name ?? "";
@@ -563,6 +667,9 @@ journey({
       "--create-namespace",
       "--set",
       `image.tag=${image.name.split(":").at(-1)}`,
+      // Redis as production installs run it: the chart's own Sentinel group.
+      "--set",
+      "redis.sentinel.bundled=true",
       // A lost node's members are replaced after 20 s instead of a minute.
       "--set",
       "config.extraEnv[0].name=MEMBER_UNHEALTHY_GRACE_MS",
@@ -594,6 +701,7 @@ journey({
   serviceAccount: `${RELEASE}-etcd-operator`,
   namespace: NS,
   annotations: {},
+  sentinel: true,
 });
 
 /** An overlay applied as its kustomization.yaml says, after the CRDs. */

@@ -823,6 +823,33 @@ await t.test(
       const lines = dryRun(yaml);
       t.equal(lines.length, objects.length, `${name}: ${lines.length} objects accepted`);
     }
+    // The chart's own group: a StatefulSet of three, every container pointed at its pods' sentinels.
+    const bundledYaml = helmTemplate(["--set", "redis.sentinel.bundled=true,keda.enabled=true"]);
+    const bundled = yamlObjects(bundledYaml);
+    t.notOk(
+      ofKind<V1Deployment>(bundled, "Deployment").some((d) => d.metadata.name.endsWith("-redis")),
+      "bundled Sentinel: no single Redis Deployment",
+    );
+    const set = ofKind<{ metadata: { name: string }; spec: { replicas: number; serviceName: string } }>(
+      bundled,
+      "StatefulSet",
+    )[0];
+    t.equal(set?.spec.replicas, 3, "bundled Sentinel: a StatefulSet of three");
+    for (const { deployment, container } of operatorContainers(bundled)) {
+      const addresses = envOf(container, "REDIS_SENTINELS")?.split(",") ?? [];
+      t.same(
+        addresses,
+        [0, 1, 2].map((i) => `${set?.metadata.name}-${i}.${set?.spec.serviceName}.${NAMESPACE}.svc:26379`),
+        `bundled Sentinel: ${deployment}/${container.name} asks the group's three sentinels`,
+      );
+      t.equal(
+        envOf(container, "REDIS_URL"),
+        undefined,
+        `bundled Sentinel: ${deployment}/${container.name} has no URL`,
+      );
+    }
+    const bundledLines = dryRun(bundledYaml);
+    t.equal(bundledLines.length, bundled.length, `bundled Sentinel: ${bundledLines.length} objects accepted`);
     for (const [values, message] of [
       ["redis.bundled=true", /redis\.sentinel\.addresses needs redis\.bundled=false/],
       [

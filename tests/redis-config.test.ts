@@ -92,3 +92,32 @@ t.test("parseSentinelAddresses keeps the order given", async (t) => {
     { host: "a", port: 1 },
   ]);
 });
+
+t.test("the bundled Sentinel pods' configuration (infra/redis-sentinel-init.ts)", async (t) => {
+  const { peerHosts, redisConf, sentinelConf } = await import("../infra/redis-sentinel-init.ts");
+  const domain = "eop-redis-headless.ops.svc";
+  t.same(peerHosts("eop-redis-2", domain), [
+    `eop-redis-0.${domain}`,
+    `eop-redis-1.${domain}`,
+    `eop-redis-2.${domain}`,
+  ]);
+  const me = `eop-redis-1.${domain}`;
+  const replica = redisConf(me, `eop-redis-0.${domain}`, "pw");
+  t.match(replica, new RegExp(`^replicaof eop-redis-0\\.${domain.replace(/\./g, "\\.")} 6379$`, "m"));
+  t.match(replica, /^replica-announce-ip eop-redis-1\./m, "announces its own name");
+  t.match(replica, /^requirepass pw$/m);
+  t.match(replica, /^masterauth pw$/m, "replicas authenticate to the primary");
+  t.notMatch(redisConf(me, undefined), /replicaof|requirepass/, "a primary without a password");
+  const sentinel = sentinelConf(me, `eop-redis-0.${domain}`, {
+    podName: "eop-redis-1",
+    domain,
+    masterName: "mymaster",
+    quorum: 2,
+    downAfterMs: 5000,
+    password: "pw",
+    confDir: "/conf",
+  });
+  t.match(sentinel, /^sentinel monitor mymaster eop-redis-0\.\S+ 6379 2$/m);
+  t.match(sentinel, /^sentinel resolve-hostnames yes$/m);
+  t.match(sentinel, /^sentinel auth-pass mymaster pw$/m);
+});

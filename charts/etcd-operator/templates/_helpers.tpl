@@ -34,10 +34,33 @@ redis://{{ include "etcd-operator.fullname" . }}-redis:6379
 {{- end -}}
 {{- end -}}
 
+{{/* The sentinels, host:port joined by commas: the bundled group's pods, or redis.sentinel.addresses. */}}
+{{- define "etcd-operator.sentinelAddresses" -}}
+{{- $sentinel := .Values.redis.sentinel | default dict }}
+{{- if $sentinel.bundled }}
+{{- $name := include "etcd-operator.fullname" . }}
+{{- $addresses := list }}
+{{- range $i := until 3 }}
+{{- $addresses = append $addresses (printf "%s-redis-%d.%s-redis-headless.%s.svc:26379" $name $i $name $.Release.Namespace) }}
+{{- end }}
+{{- join "," $addresses }}
+{{- else }}
+{{- join "," ($sentinel.addresses | default list) }}
+{{- end }}
+{{- end -}}
+
 {{/* Where the operator finds Redis: a URL, or a Sentinel group (with optional Secrets). */}}
 {{- define "etcd-operator.redisEnv" -}}
 {{- $sentinel := .Values.redis.sentinel | default dict }}
+{{- if $sentinel.bundled }}
 {{- if $sentinel.addresses }}
+{{- fail "redis.sentinel.bundled runs its own group: leave redis.sentinel.addresses empty" }}
+{{- end }}
+- name: REDIS_SENTINELS
+  value: {{ include "etcd-operator.sentinelAddresses" . | quote }}
+- name: REDIS_SENTINEL_MASTER
+  value: {{ $sentinel.masterName | default "mymaster" | quote }}
+{{- else if $sentinel.addresses }}
 {{- if .Values.redis.bundled }}
 {{- fail "redis.sentinel.addresses needs redis.bundled=false (the bundled Redis is a single server)" }}
 {{- end }}
