@@ -163,7 +163,8 @@ function rowsOf(bench: string, result: Result): Row[] {
           const min = num(field(figures, "min"));
           const max = num(field(figures, "max"));
           if (p50 === undefined || min === undefined || max === undefined) return [];
-          const measure = `convergence after \`${kind}\` (${num(field(figures, "rounds")) ?? "?"} rounds; p99 ${num(field(figures, "p99"))} ms)`;
+          const rounds = num(field(figures, "rounds")) ?? 0;
+          const measure = `convergence after \`${kind}\` (${rounds} round${rounds === 1 ? "" : "s"}; p99 ${num(field(figures, "p99"))} ms)`;
           return goalRow(result, measure, { median: p50, min, max }, "ms", { atMost: bound });
         }),
         ...goalRow(

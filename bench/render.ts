@@ -84,6 +84,14 @@ function table(file: ResultsFile): string[] {
   }
   for (const r of file.results) {
     if (typeof r.setup === "string") lines.push("", `${scenarioName(r)}: ${r.setup}.`);
+    if (r.scenario === "soak" && typeof r.durationS === "number") {
+      lines.push(
+        "",
+        `${scenarioName(r)}: seed ${r.seed}, ${r.rounds} rounds (${r.memberRounds} member kills and the other faults) ` +
+          `in ${Math.round(r.durationS / 60)} minutes on a Redis Sentinel group; ${r.writesAcknowledged} writes ` +
+          `acknowledged of ${r.writesAttempted} tried, read back ${r.writeReadsChecked} times in all.`,
+      );
+    }
     if (!Array.isArray(r.runs)) continue;
     // The Redis outage bench: what the operator said while Redis was gone.
     for (const [index, run] of r.runs.entries()) {
