@@ -423,16 +423,18 @@ function journey(inst: Installation): void {
     t.same(unanswered, [], `all ${answers.length} applies were refused by the webhook itself`);
   });
 
-  t.test(`${label}: kubectl scale 3 → 5 → 3, the operator's pods deleted in the middle`, async (t) => {
+  /** kubectl scale to 5, returning once a fourth member is there (the scale still under way). */
+  async function scaleToFiveUntilAFourthMember(): Promise<void> {
     kubectl("scale", "--namespace", ns, `etcdcluster/${EXAMPLE}`, "--replicas=5");
     await waitFor(
       "a fourth member to be added",
       async () => ((await membersOf(ns, EXAMPLE)).length >= 4 ? true : undefined),
       { timeoutMs: 60_000, intervalMs: 200 },
     );
-    deleteOperatorPods();
-    await waitReady(c, ns, EXAMPLE, 5, 240_000);
-    t.equal((await membersOf(ns, EXAMPLE)).length, 5, "5 members after the operator came back");
+  }
+
+  /** kubectl scale back to 3, returning once the cluster is Ready with three member pods. */
+  async function scaleBackToThree(): Promise<void> {
     kubectl("scale", "--namespace", ns, `etcdcluster/${EXAMPLE}`, "--replicas=3");
     await waitReady(c, ns, EXAMPLE, 3, 180_000);
     await waitFor(
@@ -440,18 +442,21 @@ function journey(inst: Installation): void {
       async () => ((await membersOf(ns, EXAMPLE)).length === 3 ? true : undefined),
       { timeoutMs: 60_000 },
     );
+  }
+
+  t.test(`${label}: kubectl scale 3 → 5 → 3, the operator's pods deleted in the middle`, async (t) => {
+    await scaleToFiveUntilAFourthMember();
+    deleteOperatorPods();
+    await waitReady(c, ns, EXAMPLE, 5, 240_000);
+    t.equal((await membersOf(ns, EXAMPLE)).length, 5, "5 members after the operator came back");
+    await scaleBackToThree();
     t.pass("scaled back to 3");
   });
 
   if (inst.sentinel) {
     t.test(`${label}: the Redis primary's pod deleted during a scale: a replica takes over`, async (t) => {
       const primary = sentinelPrimary();
-      kubectl("scale", "--namespace", ns, `etcdcluster/${EXAMPLE}`, "--replicas=5");
-      await waitFor(
-        "a fourth member to be added",
-        async () => ((await membersOf(ns, EXAMPLE)).length >= 4 ? true : undefined),
-        { timeoutMs: 60_000, intervalMs: 200 },
-      );
+      await scaleToFiveUntilAFourthMember();
       kubectl("delete", "pod", "--namespace", NS, primary, "--wait=false");
       const promoted = await waitFor(
         "the sentinels to promote a replica",
@@ -476,13 +481,7 @@ function journey(inst: Installation): void {
         { timeoutMs: 180_000, intervalMs: 2_000 },
       );
       t.pass(`${primary} came back as a replica of ${promoted}`);
-      kubectl("scale", "--namespace", ns, `etcdcluster/${EXAMPLE}`, "--replicas=3");
-      await waitReady(c, ns, EXAMPLE, 3, 180_000);
-      await waitFor(
-        "two member pods to go",
-        async () => ((await membersOf(ns, EXAMPLE)).length === 3 ? true : undefined),
-        { timeoutMs: 60_000 },
-      );
+      await scaleBackToThree();
       t.pass("scaled back to 3");
     });
   }

@@ -9,13 +9,13 @@ import { join } from "node:path";
 import { setTimeout as sleep } from "node:timers/promises";
 import { promisify } from "node:util";
 import { CustomObjectsApi, type V1Pod } from "@kubernetes/client-node";
-import { Redis } from "ioredis";
 import { installCrds } from "../../infra/crds.ts";
 import { type LocalCluster, startLocalCluster } from "../../infra/local/control-plane.ts";
 import { clientsFor, waitFor } from "../../infra/local/kube-wait.ts";
 import { type SentinelGroup, startSentinelGroup } from "../../infra/local/redis-sentinel.ts";
 import { endpointStatuses } from "../../shared/etcd-members.ts";
 import { Kube } from "../../shared/kube.ts";
+import { connectRedis } from "../../shared/redis-connection.ts";
 import { type ClusterClients, getCluster } from "./clusters.ts";
 import { etcdPidOf } from "./etcd-processes.ts";
 import { type OperatorProcess, startOperatorProcess } from "./operator-processes.ts";
@@ -518,9 +518,17 @@ export async function redisFailover(t: Target): Promise<FaultReport & { done(): 
 
 /** Every key in Redis gone (queues, leases, schedules) right after a member pod was deleted. */
 export async function wipeRedis(t: Target): Promise<FaultReport> {
-  const redis = t.sentinel
-    ? new Redis({ sentinels: t.sentinel.sentinels, name: t.sentinel.masterName, maxRetriesPerRequest: null })
-    : new Redis(t.local.redisUrl ?? "", { maxRetriesPerRequest: null });
+  const redis = connectRedis(
+    {
+      redisUrl: t.local.redisUrl ?? "",
+      ...(t.sentinel
+        ? {
+            redisSentinel: { sentinels: t.sentinel.sentinels, masterName: t.sentinel.masterName, tls: false },
+          }
+        : {}),
+    },
+    { maxRetriesPerRequest: null },
+  );
   try {
     const deleted = await deleteMemberPod(t);
     await redis.flushall();
