@@ -82,7 +82,17 @@ export type ReconcileResult =
   | { kind: "restoring" }
   /** Nothing may be built: a TLS Secret is missing or invalid. Looked at again after requeueAfterMs. */
   | { kind: "blocked"; reason: string; problems: string[]; requeueAfterMs: number }
-  | { kind: "step"; step: Step; outcome: StepOutcome };
+  | {
+      kind: "step";
+      step: Step;
+      outcome: StepOutcome;
+      /**
+       * Every member's Status when the cluster is steady and quick looks may stand in for the next
+       * full ones (shared/look.ts): not with client TLS (its Secrets are read on every full look)
+       * nor with a defragmentation schedule (its times come from the full look's planner).
+       */
+      steadyStatuses?: EndpointStatus[];
+    };
 
 function podView(pod: V1Pod, nowMs: number): PodView {
   const readyCondition = pod.status?.conditions?.find((c) => c.type === "Ready");
@@ -656,5 +666,12 @@ export async function reconcile(input: ReconcileInput, deps: StepDeps): Promise<
   const status = clusterStatus(observation, step, outcome, now);
   // Skip writes that would only move timestamps: each write is an update event for every watcher.
   if (!sameStatus(cluster.status, status)) await deps.kube.patchClusterStatus(cluster, status);
-  return { kind: "step", step, outcome };
+  const quickLooks =
+    step.kind === "steady" && !spec.TLS?.static && !spec.maintenance.defragmentation.schedule;
+  return {
+    kind: "step",
+    step,
+    outcome,
+    ...(quickLooks ? { steadyStatuses: [...observation.health.values()] } : {}),
+  };
 }

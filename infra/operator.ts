@@ -84,16 +84,20 @@ export async function startOperator(options: {
     const { guardSchedules } = await import("./scheduler.ts");
     const { startChaos } = await import("./chaos.ts");
     const { resyncAll } = await import("./worker.ts");
+    const { resyncBackups } = await import("./backup-schedules.ts");
     const kube = newKube();
-    const guard = await guardSchedules(
-      queue,
-      redis,
-      config,
-      () => resyncAll({ kube, redis, queue, config }),
-      log,
-    );
+    // After Redis lost its data: every cluster's job, backup schedule and pending restore at once.
+    const rebuild = async () => {
+      const added = await resyncAll({ kube, queue, config });
+      await resyncBackups(kube, backupQueue, config);
+      return added;
+    };
+    const guard = await guardSchedules(queue, redis, config, rebuild, log);
     closers.push(async () => guard.stop());
-    log.info({ everyMs: config.reconcileIntervalMs }, "resync scheduled");
+    log.info(
+      { lookEveryMs: config.reconcileIntervalMs, fullLookEveryMs: config.fullLookIntervalMs },
+      "looks at clusters at rest scheduled",
+    );
     const chaos = startChaos({ kube, redis, config, log });
     closers.push(async () => chaos.stop());
   }
@@ -123,6 +127,7 @@ export async function startOperator(options: {
       kube: newKube(),
       redis,
       connection: backupConnection,
+      queue: backupQueue,
       config,
       log,
     });

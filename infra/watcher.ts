@@ -1,5 +1,5 @@
-// The watcher: forwards EtcdCluster and member-pod events into the queue as "reconcile this
-// cluster". It keeps no state of its own beyond informer caches; on start the informers' initial
+// The watcher: forwards EtcdCluster events and those of what a cluster owns (member pods, its
+// Services and its disruption budget) into the queue as "reconcile this cluster". It keeps no state of its own beyond informer caches; on start the informers' initial
 // lists enqueue every existing cluster, which is also how the operator rebuilds its work after
 // Redis was wiped. Informers restart with backoff after watch errors and apiserver restarts.
 import {
@@ -7,7 +7,11 @@ import {
   CustomObjectsApi,
   type KubeConfig,
   type KubernetesListObject,
+  type KubernetesObject,
+  PolicyV1Api,
   type V1Pod,
+  type V1PodDisruptionBudget,
+  type V1Service,
 } from "@kubernetes/client-node";
 import type { Queue } from "bullmq";
 import type { Redis } from "ioredis";
@@ -46,6 +50,9 @@ export function podSummary(pod: V1Pod): string {
   ].join("|");
 }
 
+/** Every object the operator makes for a cluster carries this label (memberLabels in shared/kube.ts). */
+const OWNED_SELECTOR = "app=etcd";
+
 export function startWatcher(deps: WatcherDeps): Watcher {
   const { kc, config } = deps;
   const log = deps.log.child({ component: "watcher" });
@@ -56,6 +63,11 @@ export function startWatcher(deps: WatcherDeps): Watcher {
     ? `/apis/${GROUP}/${VERSION}/namespaces/${namespace}/${PLURAL}`
     : `/apis/${GROUP}/${VERSION}/${PLURAL}`;
   const podPath = namespace ? `/api/v1/namespaces/${namespace}/pods` : "/api/v1/pods";
+  const servicePath = namespace ? `/api/v1/namespaces/${namespace}/services` : "/api/v1/services";
+  const policy = kc.makeApiClient(PolicyV1Api);
+  const budgetPath = namespace
+    ? `/apis/policy/v1/namespaces/${namespace}/poddisruptionbudgets`
+    : "/apis/policy/v1/poddisruptionbudgets";
 
   const clusters: ResilientInformer<EtcdCluster> = resilientInformer(
     kc,
@@ -84,6 +96,29 @@ export function startWatcher(deps: WatcherDeps): Watcher {
         : core.listPodForAllNamespaces({ labelSelector: "app=etcd" }),
     log,
     "app=etcd",
+  );
+
+  // A cluster's Services and budget: a change or deletion is repaired at the next look, which the
+  // event brings at once (the periodic look no longer reads them every time).
+  const services: ResilientInformer<V1Service> = resilientInformer(
+    kc,
+    servicePath,
+    () =>
+      namespace
+        ? core.listNamespacedService({ namespace, labelSelector: OWNED_SELECTOR })
+        : core.listServiceForAllNamespaces({ labelSelector: OWNED_SELECTOR }),
+    log,
+    OWNED_SELECTOR,
+  );
+  const budgets: ResilientInformer<V1PodDisruptionBudget> = resilientInformer(
+    kc,
+    budgetPath,
+    () =>
+      namespace
+        ? policy.listNamespacedPodDisruptionBudget({ namespace, labelSelector: OWNED_SELECTOR })
+        : policy.listPodDisruptionBudgetForAllNamespaces({ labelSelector: OWNED_SELECTOR }),
+    log,
+    OWNED_SELECTOR,
   );
 
   // The cluster's read floor is raised first (when the change came with the cluster's version), so
@@ -136,14 +171,42 @@ export function startWatcher(deps: WatcherDeps): Watcher {
   pods.on("add", onPod("pod added"));
   pods.on("update", onPod("pod changed"));
   pods.on("delete", onPod("pod deleted"));
+  // Their specs only: the status of a budget changes with every member's readiness.
+  const lastSpec = new Map<string, string>();
+  const onOwned =
+    (reason: string) =>
+    (object: KubernetesObject & { spec?: unknown }): void => {
+      const owner = object.metadata?.ownerReferences?.find((o) => o.kind === "EtcdCluster" && o.controller);
+      if (!owner) return;
+      const uid = object.metadata?.uid ?? "";
+      const spec = JSON.stringify(object.spec ?? {});
+      if (reason.endsWith("deleted")) lastSpec.delete(uid);
+      else if (lastSpec.get(uid) === spec) return;
+      else {
+        const known = lastSpec.has(uid);
+        lastSpec.set(uid, spec);
+        // Listing them at start is no news: the first look at each cluster reads them anyway.
+        if (!known && reason.endsWith("added")) return;
+      }
+      const ns = object.metadata?.namespace ?? "";
+      const cluster = clusters.get(owner.name, ns);
+      if (cluster && !inScope(cluster, config)) return;
+      enqueue(ns, owner.name, reason);
+    };
+  services.on("add", onOwned("service added"));
+  services.on("update", onOwned("service changed"));
+  services.on("delete", onOwned("service deleted"));
+  budgets.on("add", onOwned("budget added"));
+  budgets.on("update", onOwned("budget changed"));
+  budgets.on("delete", onOwned("budget deleted"));
 
-  const ready = Promise.all([clusters.start(), pods.start()]).then(() => {
+  const ready = Promise.all([clusters.start(), pods.start(), services.start(), budgets.start()]).then(() => {
     log.info({ namespace: namespace ?? "(all)", clusters: clusters.list().length }, "watching");
   });
   return {
     ready,
     async stop() {
-      await Promise.all([clusters.stop(), pods.stop()]);
+      await Promise.all([clusters.stop(), pods.stop(), services.stop(), budgets.stop()]);
     },
   };
 }

@@ -11,9 +11,12 @@ import type { OperatorConfig } from "../shared/config.ts";
 import type { Kube } from "../shared/kube.ts";
 import { acquireLease, LeaseLostError } from "../shared/lease.ts";
 import type { Logger } from "../shared/log.ts";
-import { measureReconcile } from "../shared/metrics.ts";
+import { lookKey, lookRecord, parseLookRecord, quickLook } from "../shared/look.ts";
+import { countQuickLook, measureReconcile } from "../shared/metrics.ts";
 import {
   dirtyKey,
+  ensureReconcile,
+  IDLE_POLL_SECONDS,
   isReconcilePayload,
   RECONCILE_QUEUE,
   RESYNC_JOB,
@@ -45,31 +48,49 @@ async function delay(job: Job, token: string | undefined, ms: number): Promise<n
   throw new DelayedError();
 }
 
-/** Enqueues every cluster in scope; the job of the resync scheduler. */
-export async function resyncAll(
-  deps: Pick<WorkerDeps, "kube" | "redis" | "queue" | "config">,
-): Promise<number> {
+/**
+ * Delays the job to its next look, unless an event came meanwhile. An event's request that finds
+ * the job still active only marks the cluster dirty, and the lease's release saw no mark: it came
+ * after that and before the job was delayed, and would wait a whole look interval. The mark is
+ * looked at again once the job is delayed (a later request finds it delayed and promotes it).
+ */
+async function delayUnlessDirty(
+  job: Job,
+  token: string | undefined,
+  ms: number,
+  redis: Redis,
+  dirty: string,
+): Promise<never> {
+  await job.moveToDelayed(Date.now() + Math.max(0, ms), token);
+  if ((await redis.exists(dirty)) === 1) await job.promote().catch(() => undefined);
+  throw new DelayedError();
+}
+
+/**
+ * Makes sure every cluster in scope has its job (one that was lost is added; one that waits is left
+ * to its time); the job of the resync scheduler. Returns how many were added.
+ */
+export async function resyncAll(deps: Pick<WorkerDeps, "kube" | "queue" | "config">): Promise<number> {
   const clusters = await deps.kube.listClusters(deps.config.clusterWide ? undefined : deps.config.namespace);
-  let count = 0;
+  let added = 0;
   for (const cluster of clusters) {
     if (!inScope(cluster, deps.config)) continue;
-    await requestReconcile(
-      deps.queue,
-      deps.redis,
-      cluster.metadata?.namespace ?? "",
-      cluster.metadata?.name ?? "",
-      {
-        reason: "resync",
-        delayMs: 0,
-      },
-    );
-    count++;
+    const namespace = cluster.metadata?.namespace ?? "";
+    const name = cluster.metadata?.name ?? "";
+    if (await ensureReconcile(deps.queue, namespace, name, "resync")) added++;
   }
-  return count;
+  return added;
+}
+
+/** When a cluster at rest is looked at next: the interval, spread ±25% so clusters do not bunch up. */
+export function nextLookMs(config: Pick<OperatorConfig, "reconcileIntervalMs">): number {
+  return Math.round(config.reconcileIntervalMs * (0.75 + Math.random() * 0.5));
 }
 
 export function createProcessor(deps: WorkerDeps) {
   const leaseOptions = { replicas: leaseReplicas(deps.config) };
+  // Which member a quick look asks: each in its turn.
+  let turn = 0;
   let lastUnreplicatedWarning = 0;
   return async (job: Job, token?: string): Promise<unknown> => {
     if (job.name === RESYNC_JOB) {
@@ -84,8 +105,10 @@ export function createProcessor(deps: WorkerDeps) {
     const log = deps.log.child({ cluster: key, job: job.id, attempt: job.attemptsMade + 1 });
 
     const dirty = dirtyKey(namespace, name);
+    const look = lookKey(key);
     // With the lease, in one round trip: the dirty mark is cleared (events from now on set it
-    // again; we look at it when done) and the cluster's read floor is read (shared/read-floor.ts).
+    // again; we look at it when done), the cluster's read floor is read (shared/read-floor.ts) and
+    // so is the record of its last full look.
     const acquired = await acquireLease(
       deps.redis,
       key,
@@ -93,6 +116,7 @@ export function createProcessor(deps: WorkerDeps) {
       {
         clear: dirty,
         read: floorKey(key),
+        alsoRead: look,
         check: dirty,
       },
       leaseOptions,
@@ -111,6 +135,18 @@ export function createProcessor(deps: WorkerDeps) {
       );
     }
     const { lease } = acquired;
+    // No event since the last look and a steady full look recently: one member's Status will do.
+    const record = acquired.cleared ? undefined : parseLookRecord(acquired.alsoRead);
+    if (record && Date.now() < record.dueMs) {
+      const difference = await quickLook(record, turn++, { timeoutMs: deps.config.etcdTimeoutMs });
+      countQuickLook(difference === undefined);
+      if (difference === undefined) {
+        const dirtyAgain = await lease.release();
+        if (dirtyAgain) return delay(job, token, 0);
+        return delayUnlessDirty(job, token, nextLookMs(deps.config), deps.redis, dirty);
+      }
+      log.debug({ difference }, "the quick look found a change; looking in full");
+    }
     let requeueAfterMs: number | undefined;
     let dirtyAgain = true;
     try {
@@ -144,6 +180,19 @@ export function createProcessor(deps: WorkerDeps) {
         );
         requeueAfterMs = result.outcome.requeueAfterMs;
       }
+      // A steady cluster keeps its job, delayed to its next look; its record lets quick looks
+      // stand in for full ones until it is due. Anything else drops the record.
+      const steady = result.kind === "step" && result.step.kind === "steady";
+      const next =
+        steady && result.steadyStatuses && deps.config.fullLookIntervalMs > deps.config.reconcileIntervalMs
+          ? lookRecord(result.steadyStatuses, {
+              nowMs: Date.now(),
+              fullLookIntervalMs: deps.config.fullLookIntervalMs,
+            })
+          : undefined;
+      if (next) await deps.redis.set(look, JSON.stringify(next), "PX", deps.config.fullLookIntervalMs * 2);
+      else if (acquired.alsoRead !== undefined) await deps.redis.del(look);
+      if (steady) requeueAfterMs = nextLookMs(deps.config);
     } catch (error) {
       if (error instanceof LeaseLostError) {
         log.warn("lease lost mid-step; the new holder finishes the work");
@@ -154,7 +203,10 @@ export function createProcessor(deps: WorkerDeps) {
       dirtyAgain = await lease.release();
     }
     if (dirtyAgain) requeueAfterMs = 0;
-    if (requeueAfterMs !== undefined) return delay(job, token, requeueAfterMs);
+    if (requeueAfterMs !== undefined)
+      return requeueAfterMs > 0
+        ? delayUnlessDirty(job, token, requeueAfterMs, deps.redis, dirty)
+        : delay(job, token, 0);
     return { steady: true };
   };
 }
@@ -168,9 +220,27 @@ export function startWorker(deps: WorkerDeps): Worker {
     lockDuration: 10_000,
     stalledInterval: 5_000,
     maxStalledCount: 1_000,
+    // A new job wakes an idle worker at once; between jobs it asks Redis again only this often.
+    drainDelay: IDLE_POLL_SECONDS,
   });
   worker.on("failed", (job, error) => {
     deps.log.warn({ job: job?.id, err: error, attemptsMade: job?.attemptsMade }, "reconcile job failed");
+  });
+  // A job that ends (paused, gone) has no next look. An event whose request found it still active
+  // only marked the cluster dirty: once the job is completed, such a mark asks again.
+  worker.on("completed", (job) => {
+    if (!isReconcilePayload(job.data)) return;
+    const { namespace, name } = job.data;
+    deps.redis
+      .exists(dirtyKey(namespace, name))
+      .then((dirty) =>
+        dirty === 1
+          ? requestReconcile(deps.queue, deps.redis, namespace, name, { reason: "changed as its job ended" })
+          : undefined,
+      )
+      .catch((error: unknown) =>
+        deps.log.warn({ err: error, cluster: `${namespace}/${name}` }, "could not look at the dirty mark"),
+      );
   });
   worker.on("error", (error) => {
     if (deps.redisHealth && !deps.redisHealth.connected()) deps.redisHealth.error(error);

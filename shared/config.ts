@@ -16,8 +16,17 @@ export interface OperatorConfig {
   redisPassword?: string;
   /** PEM file of a private CA that signed the Redis servers' (and sentinels') certificates. */
   redisTlsCaFile?: string;
-  /** The safety-net resync of every cluster; steps chain without waiting for it. */
+  /**
+   * How often each cluster at rest is looked at (spread: each cluster on its own time); steps chain
+   * and events bring looks at once without waiting for it.
+   */
   reconcileIntervalMs: number;
+  /**
+   * A cluster at rest gets a full look (API objects, every member) at least this often; the looks
+   * in between ask one member (shared/look.ts). At most reconcileIntervalMs: every look is a full
+   * one.
+   */
+  fullLookIntervalMs: number;
   /** Create or update the CRDs at start-up. */
   installCrds: boolean;
   workerConcurrency: number;
@@ -161,6 +170,7 @@ export function loadConfig(env: Record<string, string | undefined>): OperatorCon
     ...(env.REDIS_PASSWORD ? { redisPassword: env.REDIS_PASSWORD } : {}),
     ...(env.REDIS_TLS_CA_FILE ? { redisTlsCaFile: env.REDIS_TLS_CA_FILE } : {}),
     reconcileIntervalMs: int(env, "RECONCILE_INTERVAL_MS", 8_000, 500, 3_600_000),
+    fullLookIntervalMs: int(env, "FULL_LOOK_INTERVAL_MS", 300_000, 500, 86_400_000),
     installCrds: bool(env, "INSTALL_CRDS", false),
     workerConcurrency: int(env, "WORKER_CONCURRENCY", 32, 1, 256),
     etcdTimeoutMs: int(env, "ETCD_TIMEOUT_MS", 3_000, 100, 60_000),

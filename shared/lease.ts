@@ -7,16 +7,27 @@ import { randomBytes } from "node:crypto";
 import type { Redis } from "ioredis";
 import { KEY_PREFIX } from "./queue.ts";
 
-const RENEW = `if redis.call("get", KEYS[1]) == ARGV[1] then return redis.call("pexpire", KEYS[1], ARGV[2]) else return 0 end`;
+// Renews (and, for a reclaiming holder, takes back a lease found gone: ARGV[3] == "1").
+const RENEW = `
+local holder = redis.call("get", KEYS[1])
+if holder == ARGV[1] then return redis.call("pexpire", KEYS[1], ARGV[2]) end
+if holder == false and ARGV[3] == "1" then
+  redis.call("set", KEYS[1], ARGV[1], "PX", ARGV[2])
+  return 1
+end
+return 0`;
 // Acquire and release each take one round trip with what the worker does around them folded in:
-// taking the lease clears one key (the dirty mark) and reads another (the read floor); releasing
-// it reports whether a key exists (the dirty mark, set again meanwhile). KEYS[2] and KEYS[3] may
-// be the lease key itself when there is nothing to clear or read.
+// taking the lease clears one key (the dirty mark, saying whether it was set) and reads two others
+// (the read floor, the quick look's record); releasing it reports whether a key exists (the dirty
+// mark, set again meanwhile). KEYS[2..4] may be the lease key itself when there is nothing to clear
+// or read.
 const ACQUIRE = `
 if redis.call("set", KEYS[1], ARGV[1], "PX", ARGV[2], "NX") then
-  if KEYS[2] ~= KEYS[1] then redis.call("del", KEYS[2]) end
+  local cleared = 0
+  if KEYS[2] ~= KEYS[1] then cleared = redis.call("del", KEYS[2]) end
   local read = KEYS[3] ~= KEYS[1] and redis.call("get", KEYS[3]) or false
-  return {1, read or ""}
+  local alsoRead = KEYS[4] ~= KEYS[1] and redis.call("get", KEYS[4]) or false
+  return {1, read or "", cleared, alsoRead or ""}
 end
 return {0, redis.call("pttl", KEYS[1])}`;
 const RELEASE = `
@@ -47,6 +58,11 @@ const REPLICATION_WAIT_MS = 500;
 export interface LeaseOptions {
   /** Replicas that should hold the lease before the step runs (0: do not wait). */
   replicas?: number;
+  /**
+   * A lease found gone (Redis lost its data, a failover lost the key) is taken back rather than
+   * lost, as long as no one else took it: for work that needs only "no other holder" (a backup).
+   */
+  reclaim?: boolean;
 }
 
 export interface LeaseKeys {
@@ -54,6 +70,8 @@ export interface LeaseKeys {
   clear?: string;
   /** Read in the same step as the lease is taken (returned as `read`). */
   read?: string;
+  /** Another key read in the same step (returned as `alsoRead`). */
+  alsoRead?: string;
   /** Whether it exists is returned by release(). */
   check?: string;
 }
@@ -72,11 +90,21 @@ export async function acquireLease(
   ttlMs: number,
   keys: LeaseKeys = {},
   options: LeaseOptions = {},
-): Promise<{ lease: Lease; read: string | undefined; replicated: boolean } | { heldForMs: number }> {
+): Promise<
+  | {
+      lease: Lease;
+      read: string | undefined;
+      alsoRead: string | undefined;
+      /** Whether the `clear` key existed when it was cleared. */
+      cleared: boolean;
+      replicated: boolean;
+    }
+  | { heldForMs: number }
+> {
   const key = leaseKey(clusterKey);
   const token = randomBytes(12).toString("hex");
   const replicas = options.replicas ?? 0;
-  const args = [key, keys.clear ?? key, keys.read ?? key, token, String(ttlMs)];
+  const args = [key, keys.clear ?? key, keys.read ?? key, keys.alsoRead ?? key, token, String(ttlMs)];
   let reply: unknown;
   let acknowledged = 0;
   if (replicas > 0) {
@@ -84,7 +112,7 @@ export async function acquireLease(
     // returns once `replicas` replicas acknowledged everything written before it.
     const results = await redis
       .pipeline()
-      .eval(ACQUIRE, 3, ...args)
+      .eval(ACQUIRE, 4, ...args)
       .wait(replicas, REPLICATION_WAIT_MS)
       .exec();
     const [acquireResult, waitResult] = results ?? [];
@@ -92,20 +120,22 @@ export async function acquireLease(
     reply = acquireResult?.[1];
     acknowledged = typeof waitResult?.[1] === "number" ? waitResult[1] : 0;
   } else {
-    reply = await redis.eval(ACQUIRE, 3, ...args);
+    reply = await redis.eval(ACQUIRE, 4, ...args);
   }
-  const [taken, value] = Array.isArray(reply) ? reply : [];
+  const [taken, value, cleared, alsoRead] = Array.isArray(reply) ? reply : [];
   if (taken !== 1) {
     const remaining = typeof value === "number" ? value : -1;
     return { heldForMs: remaining > 0 ? remaining : ttlMs };
   }
   const read = typeof value === "string" && value !== "" ? value : undefined;
+  const also = typeof alsoRead === "string" && alsoRead !== "" ? alsoRead : undefined;
   let lost = false;
+  const reclaim = options.reclaim ? "1" : "0";
   // Renew at a third of the TTL, so two missed renewals still leave time.
   const timer = setInterval(
     () => {
       redis
-        .eval(RENEW, 1, key, token, String(ttlMs))
+        .eval(RENEW, 1, key, token, String(ttlMs), reclaim)
         .then((renewed) => {
           if (renewed !== 1) lost = true;
         })
@@ -118,12 +148,19 @@ export async function acquireLease(
   timer.unref();
   return {
     read,
+    alsoRead: also,
+    cleared: cleared === 1,
     replicated: acknowledged >= replicas,
     lease: {
       async guard() {
-        if (!lost && (await redis.get(key)) === token) return;
+        if (!lost) {
+          const holds = options.reclaim
+            ? (await redis.eval(RENEW, 1, key, token, String(ttlMs), reclaim)) === 1
+            : (await redis.get(key)) === token;
+          if (holds) return;
+        }
         lost = true;
-        throw new LeaseLostError(`lease on ${clusterKey} was lost; another worker owns this cluster now`);
+        throw new LeaseLostError(`lease on ${clusterKey} was lost; another worker holds it now`);
       },
       async release() {
         clearInterval(timer);

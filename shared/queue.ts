@@ -16,6 +16,8 @@ export const RECONCILE_JOB = "reconcile";
 export const RESYNC_JOB = "resync";
 export const RESYNC_SCHEDULER = "resync-all-clusters";
 export const KEY_PREFIX = "eop";
+/** How long an idle BullMQ worker blocks on Redis before asking again (BullMQ's ceiling is 10 s). */
+export const IDLE_POLL_SECONDS = 10;
 
 const NAME = Type.String({ minLength: 1, maxLength: 253, pattern: "^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$" });
 
@@ -51,7 +53,12 @@ export interface EnqueueOptions {
   delayMs?: number;
 }
 
-/** Asks for a reconcile of one cluster; cheap and safe to call on every event. */
+const PENDING = new Set(["waiting", "active", "delayed", "prioritized"]);
+
+/**
+ * Asks for a reconcile of one cluster; cheap and safe to call on every event. Marks it dirty, so
+ * the look that follows is a full one (shared/look.ts).
+ */
 export async function requestReconcile(
   queue: Queue,
   redis: Redis,
@@ -63,14 +70,42 @@ export async function requestReconcile(
   // Marks the cluster dirty first: a worker running its step right now sees the mark when it ends.
   if (!options.delayMs) await redis.set(dirtyKey(namespace, name), "1", "EX", 300);
   const state = await queue.getJobState(jobId);
+  if (state === "delayed" && !options.delayMs) {
+    await (await queue.getJob(jobId))?.promote().catch(() => undefined);
+    return;
+  }
+  if (PENDING.has(state)) return;
+  await addReconcileJob(queue, namespace, name, state, options);
+}
+
+/**
+ * Makes sure a cluster has its job, without hurrying one it has: the resync's safety net for a job
+ * that was lost (Redis wiped or failed over). Each cluster's own job brings its periodic looks.
+ * Returns whether a job was added.
+ */
+export async function ensureReconcile(
+  queue: Queue,
+  namespace: string,
+  name: string,
+  reason: string,
+): Promise<boolean> {
+  const state = await queue.getJobState(reconcileJobId(namespace, name));
+  if (PENDING.has(state)) return false;
+  await addReconcileJob(queue, namespace, name, state, { reason });
+  return true;
+}
+
+async function addReconcileJob(
+  queue: Queue,
+  namespace: string,
+  name: string,
+  state: string,
+  options: EnqueueOptions,
+): Promise<void> {
+  const jobId = reconcileJobId(namespace, name);
   if (state === "completed" || state === "failed") {
     // A finished job that was kept (e.g. failed for an invalid spec) would block the id: clear it.
     await (await queue.getJob(jobId))?.remove().catch(() => undefined);
-  } else if (state === "delayed" && !options.delayMs) {
-    await (await queue.getJob(jobId))?.promote().catch(() => undefined);
-    return;
-  } else if (state === "waiting" || state === "active" || state === "delayed" || state === "prioritized") {
-    return;
   }
   const payload: ReconcilePayload = { namespace, name, reason: options.reason };
   await queue.add(RECONCILE_JOB, payload, {

@@ -91,6 +91,34 @@ t.test(
   },
 );
 
+t.test("a reclaiming holder takes back a lease Redis lost, never one another worker took", async (t) => {
+  const plain = await acquireLease(redis, "ns/lost", 2_000);
+  const reclaiming = await acquireLease(redis, "ns/kept", 2_000, {}, { reclaim: true });
+  if (!("lease" in plain) || !("lease" in reclaiming)) throw new Error("could not acquire");
+  // What a Redis that lost its data (a wipe, a failover before replication) looks like.
+  await redis.del(leaseKey("ns/lost"), leaseKey("ns/kept"));
+  await t.rejects(plain.lease.guard(), LeaseLostError, "a plain holder's guard refuses");
+  await reclaiming.lease.guard();
+  t.ok(await redis.exists(leaseKey("ns/kept")), "a reclaiming holder's guard passes and holds the key again");
+  t.ok("heldForMs" in (await acquireLease(redis, "ns/kept", 2_000)), "so another taker is refused");
+  await redis.del(leaseKey("ns/kept"));
+  // Renewals come every TTL/3 (~670 ms); a loaded machine may delay one.
+  let back = 0;
+  for (let i = 0; i < 50 && back === 0; i++) {
+    await sleep(100);
+    back = await redis.exists(leaseKey("ns/kept"));
+  }
+  t.equal(back, 1, "its renewal takes it back too");
+  await redis.del(leaseKey("ns/kept"));
+  const other = await acquireLease(redis, "ns/kept", 2_000);
+  if (!("lease" in other)) throw new Error("could not acquire");
+  await t.rejects(reclaiming.lease.guard(), LeaseLostError, "once another worker took it, the guard refuses");
+  await reclaiming.lease.release();
+  await other.lease.guard();
+  await other.lease.release();
+  await plain.lease.release();
+});
+
 t.test("the read floor only rises, and only holds plain revisions", async (t) => {
   const key = floorKey("ns/floor");
   await raiseFloor(redis, "ns/floor", "99");

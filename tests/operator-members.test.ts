@@ -312,6 +312,19 @@ t.test(
     );
     after.close();
     const restarted = (await podsOf("durable")).find((p) => p.metadata?.name === victim);
+    const checkDns = (pod: V1Pod | undefined) =>
+      pod?.status?.initContainerStatuses?.find((x) => x.name === "check-dns")?.state?.terminated;
+    t.match(
+      checkDns(restarted)?.message,
+      /no DNS wait: the member's write-ahead log is on its volume/,
+      "back on its volume, the pod did not wait for its DNS name",
+    );
+    t.equal(checkDns(pods[1])?.exitCode, 0);
+    t.equal(
+      checkDns(pods[1])?.message ?? "",
+      "",
+      "a new member's pod on an empty volume waited for its name",
+    );
     const local = await fetch(`http://${restarted?.status?.podIP}:2379/v3/kv/range`, {
       method: "POST",
       body: JSON.stringify({ key: Buffer.from("k99").toString("base64"), serializable: true }),

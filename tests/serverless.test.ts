@@ -81,7 +81,7 @@ t.test(
     t.notOk(isScheduleField("EtcdBackup.spec.backupPolicy.intervalSeconds"), "a made-up field is not");
     t.notOk(isScheduleField("EtcdBackup.spec.storageType"), "nor a field that is no number");
     t.same(entry(entries, "resync").events, [
-      { kind: "schedule", queue: "etcd-reconcile", job: "resync", every: "RECONCILE_INTERVAL_MS" },
+      { kind: "schedule", queue: "etcd-reconcile", job: "resync", every: "FULL_LOOK_INTERVAL_MS" },
       { kind: "queue", queue: "etcd-reconcile", job: "resync" },
     ]);
   },

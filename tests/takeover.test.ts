@@ -146,7 +146,7 @@ t.test("an operator started on a coreos-made cluster takes it over without touch
   t.equal(peer.spec?.publishNotReadyAddresses, true, "the peer Service publishes members that are not Ready");
 
   const restingVersion = taken.metadata?.resourceVersion;
-  // A minute at rest, with a resync every 3 s here (RECONCILE_INTERVAL_MS): nothing changes.
+  // A minute at rest, with a look every 3 s here (RECONCILE_INTERVAL_MS): nothing changes.
   await sleep(60_000);
   const rested = await getCluster(c, NS, NAME);
   t.equal(
@@ -234,7 +234,7 @@ t.test("scale 3 → 5, and a member whose pod failed is replaced at once", async
     victim in (status.status?.memberVersions ?? {}),
     "the removed member's version is gone from status",
   );
-  // A key kept by the merge patch made every resync (every 3 s here) write the status again.
+  // A key kept by the merge patch made every look (every 3 s here) write the status again.
   await sleep(15_000);
   t.equal(
     (await getCluster(c, NS, NAME)).metadata?.resourceVersion,

@@ -122,6 +122,8 @@ redis://{{ include "etcd-operator.fullname" . }}-redis:6379
   value: {{ .Values.config.logLevel | quote }}
 - name: RECONCILE_INTERVAL_MS
   value: {{ .Values.config.reconcileIntervalMs | quote }}
+- name: FULL_LOOK_INTERVAL_MS
+  value: {{ .Values.config.fullLookIntervalMs | quote }}
 {{- /* Restores run their init containers from the operator's own image. */}}
 - name: OPERATOR_IMAGE
   value: {{ include "etcd-operator.image" . | quote }}
@@ -152,12 +154,15 @@ livenessProbe:
     path: /livez
     port: {{ .port }}
   periodSeconds: 10
+  timeoutSeconds: 3
   failureThreshold: 6
 readinessProbe:
   httpGet:
     path: /readyz
     port: {{ .port }}
   periodSeconds: 5
+  # /readyz itself waits up to 2 s for Redis and the API: the default 1 s would fail it first.
+  timeoutSeconds: 3
 {{- end -}}
 
 {{- define "etcd-operator.scheduling" -}}
