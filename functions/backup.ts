@@ -7,11 +7,13 @@
 import { pipeline } from "node:stream/promises";
 import type { EtcdBackup } from "../shared/api/etcd-backup.ts";
 import { resolveClientEndpoints } from "../shared/client-endpoints.ts";
+import { CommitGate } from "../shared/commit-gate.ts";
 import { findCondition, setCondition } from "../shared/conditions.ts";
 import { countKeys } from "../shared/etcd-maintenance.ts";
 import { type EtcdClientOptions, endpointStatuses, leaderId } from "../shared/etcd-members.ts";
 import { openSnapshot } from "../shared/etcd-snapshot.ts";
 import type { Kube } from "../shared/kube.ts";
+import { LeaseLostError } from "../shared/lease.ts";
 import type { Logger } from "../shared/log.ts";
 import { clientServiceName } from "../shared/member-pods.ts";
 import { type ObjectStore, ObjectStoreError, openStore } from "../shared/object-store/index.ts";
@@ -33,7 +35,15 @@ export interface BackupDeps {
   now?: () => Date;
   /** The operator's image, for a verification pod's init containers (spec.verification). */
   operatorImage?: string;
+  /**
+   * Throws (LeaseLostError) once another run of this backup owns it. Checked before every write
+   * (the upload's last bytes, the metadata, deletions, the status): two runs of one backup, e.g.
+   * after Redis lost its data mid-upload, must never leave an object and a record of different runs.
+   */
+  guard?: () => Promise<void>;
 }
+
+const unguarded = async (): Promise<void> => {};
 
 export interface BackupRecord {
   /** "s3://bucket/key" */
@@ -102,6 +112,7 @@ async function streamSnapshot(
   endpoint: string,
   options: EtcdClientOptions,
   timeoutMs: number | undefined,
+  guard: () => Promise<void>,
 ): Promise<{
   key: string;
   size: number;
@@ -113,6 +124,7 @@ async function streamSnapshot(
   const snapshot = await openSnapshot(endpoint, options);
   const key = keyFor(snapshot.revision);
   const digest = new SnapshotDigest();
+  const gate = new CommitGate(guard);
   const timer = timeoutMs
     ? setTimeout(
         () => snapshot.stream.destroy(new SnapshotError(`the backup took longer than ${timeoutMs / 1000} s`)),
@@ -120,15 +132,23 @@ async function streamSnapshot(
       )
     : undefined;
   try {
-    // The upload consumes the digest's output; pipeline carries errors both ways and ends the
+    // The upload consumes the gate's output; pipeline carries errors both ways and ends the
     // snapshot stream if the upload fails. The announced size lets S3 take it in one request.
-    await Promise.all([pipeline(snapshot.stream, digest), store.upload(key, digest, snapshot.size)]);
+    await Promise.all([pipeline(snapshot.stream, digest, gate), store.upload(key, gate, snapshot.size)]);
+  } catch (error) {
+    if (gate.refused) throw gate.refused;
+    // A backup's first upload to its key creates it only if still absent: another run of this
+    // backup that got there first keeps it, and this older snapshot stops here.
+    if (error instanceof ObjectStoreError && error.code === "ObjectExists")
+      throw new LeaseLostError(error.message, { cause: error });
+    throw error;
   } finally {
     clearTimeout(timer);
     snapshot.close();
   }
   const result = digest.result();
   if (!result.trailerValid || result.sha256 === undefined) {
+    await guard();
     await store.remove([key]).catch(() => undefined);
     throw new SnapshotError(
       `the snapshot from ${endpoint} failed etcd's integrity check (${result.size} bytes); the object was deleted`,
@@ -180,6 +200,7 @@ async function clientOptions(
 /** Takes one backup as the EtcdBackup describes; throws on failure (nothing partial is left). */
 export async function runBackup(backup: EtcdBackup, deps: BackupDeps): Promise<BackupRecord> {
   const now = deps.now ?? (() => new Date());
+  const guard = deps.guard ?? unguarded;
   const started = now();
   const namespace = backup.metadata?.namespace ?? "default";
   const urls = backup.spec.etcdEndpoints ?? [];
@@ -215,10 +236,12 @@ export async function runBackup(backup: EtcdBackup, deps: BackupDeps): Promise<B
       member.endpoint,
       etcd,
       timeoutSeconds ? timeoutSeconds * 1000 : undefined,
+      guard,
     );
     const key = taken.key;
     const stored = await store.head(key);
     if (!stored || stored.size !== taken.size) {
+      await guard();
       await store.remove([key]).catch(() => undefined);
       throw new ObjectStoreError(
         "StoreError",
@@ -241,13 +264,17 @@ export async function runBackup(backup: EtcdBackup, deps: BackupDeps): Promise<B
       backup: backup.metadata?.name ?? "",
       createdAt: started.toISOString(),
     };
+    await guard();
     await store.putText(`${key}${META_SUFFIX}`, JSON.stringify(metadata));
     let pruned: string[] = [];
     let kept: number | undefined;
     if (periodic) {
       const after = [...existing.map((o) => o.key), key];
       pruned = backupsToPrune(baseKey, after, backup.spec.backupPolicy?.maxBackups ?? 0, key);
-      if (pruned.length > 0) await store.remove(pruned.flatMap((k) => [k, `${k}${META_SUFFIX}`]));
+      if (pruned.length > 0) {
+        await guard();
+        await store.remove(pruned.flatMap((k) => [k, `${k}${META_SUFFIX}`]));
+      }
       kept = periodicBackups(baseKey, after).length - pruned.length;
     }
     const durationSeconds = (now().getTime() - started.getTime()) / 1000;
@@ -320,6 +347,15 @@ export function alreadyDone(backup: EtcdBackup): boolean {
   return succeeded?.status === "True" && succeeded.observedGeneration === backup.metadata?.generation;
 }
 
+/**
+ * Whether a one-shot backup's last run, succeeded or failed, was for its current spec: asking for
+ * it again then would only repeat that run (a spec that fails for good would fail in a loop).
+ */
+export function lastRunIsCurrent(backup: EtcdBackup): boolean {
+  const succeeded = findCondition(backup.status?.conditions, "Succeeded");
+  return succeeded !== undefined && succeeded.observedGeneration === backup.metadata?.generation;
+}
+
 export type BackupJobResult =
   | { kind: "gone" }
   | { kind: "skipped"; why: string }
@@ -334,6 +370,7 @@ export async function backupJob(
   deps: BackupDeps,
 ): Promise<BackupJobResult> {
   const now = deps.now ?? (() => new Date());
+  const guard = deps.guard ?? unguarded;
   const backup = await deps.kube.getBackup(input.namespace, input.name);
   if (!backup || backup.metadata?.deletionTimestamp) return { kind: "gone" };
   if (input.reason !== "manual" && alreadyDone(backup)) return { kind: "skipped", why: "already backed up" };
@@ -341,6 +378,7 @@ export async function backupJob(
   try {
     const record = await runBackup(backup, deps);
     const at = now();
+    await guard();
     await deps.kube.patchBackupStatus(backup, {
       succeeded: true,
       reason: "",
@@ -371,9 +409,14 @@ export async function backupJob(
     const message = `backed up revision ${record.revision} (${mib(record.size)}, etcd ${record.etcdVersion}) from ${record.member} to ${record.path} in ${record.durationSeconds.toFixed(1)} s${pruned}`;
     deps.log.info({ path: record.path, size: record.size, revision: record.revision }, message);
     await deps.kube.event(backup, "Normal", "BackupSucceeded", message);
-    if (backup.spec.verification?.enabled) await verifyAndReport(backup, record, deps);
+    if (backup.spec.verification?.enabled) {
+      await guard();
+      await verifyAndReport(backup, record, deps);
+    }
     return { kind: "done", record };
   } catch (error) {
+    // Another run owns the backup now and records its own outcome: this one leaves no trace.
+    if (error instanceof LeaseLostError) throw error;
     const message = error instanceof Error ? error.message : String(error);
     const reason = failureReason(error);
     const at = now();

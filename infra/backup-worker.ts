@@ -1,21 +1,29 @@
 // The worker host for backups and restores: takes `backup` and `restore` jobs from the backup
 // queue and runs functions/backup.ts and functions/restore.ts.
 // - One backup per EtcdBackup at a time (a Redis lease): a scheduled run that finds the previous
-//   one still uploading is skipped, not stacked.
+//   one still uploading is skipped, not stacked. The run checks the lease before each of its writes
+//   (the upload's last bytes included), so a run taken over never mixes its object with another's.
 // - A restore changes a cluster, so it holds the cluster's own lease (the reconcile's), and each
 //   phase that must wait moves the job to delayed: no sleeping worker.
-import { DelayedError, type Job, UnrecoverableError, Worker } from "bullmq";
+import { DelayedError, type Job, type Queue, UnrecoverableError, Worker } from "bullmq";
 import type { Redis } from "ioredis";
-import { BackupSpecError, backupJob } from "../functions/backup.ts";
+import { BackupSpecError, backupJob, isPeriodic, lastRunIsCurrent } from "../functions/backup.ts";
 import { restoreStep } from "../functions/restore.ts";
 import type { OperatorConfig } from "../shared/config.ts";
 import type { Kube } from "../shared/kube.ts";
 import { acquireLease, LeaseLostError } from "../shared/lease.ts";
 import type { Logger } from "../shared/log.ts";
-import { BACKUP_JOB, BACKUP_QUEUE, isBackupPayload, RESTORE_JOB } from "../shared/queue.ts";
+import {
+  BACKUP_JOB,
+  BACKUP_QUEUE,
+  IDLE_POLL_SECONDS,
+  isBackupPayload,
+  RESTORE_JOB,
+} from "../shared/queue.ts";
 import { leaseReplicas } from "../shared/redis-connection.ts";
 import type { RedisHealth } from "../shared/redis-health.ts";
 import { inScope } from "../shared/scope.ts";
+import { syncBackup, syncRestore } from "./backup-schedules.ts";
 import { holdCollections } from "./memory-keeper.ts";
 
 export interface BackupWorkerDeps {
@@ -27,6 +35,8 @@ export interface BackupWorkerDeps {
   log: Logger;
   /** The connection's health: worker errors while Redis is down are reported there, rate-limited. */
   redisHealth?: RedisHealth;
+  /** The backup queue, to ask again for an object whose request came while its last job ran. */
+  queue?: Queue;
 }
 
 async function delay(job: Job, token: string | undefined, ms: number): Promise<never> {
@@ -49,22 +59,44 @@ export function createBackupProcessor(deps: BackupWorkerDeps) {
         `backup/${key}`,
         deps.config.leaseTtlMs,
         {},
-        leaseOptions,
+        {
+          ...leaseOptions,
+          reclaim: true,
+        },
       );
       if ("heldForMs" in acquired) {
-        log.info("the previous backup is still running; skipping this run");
-        return { skipped: "running" };
+        // A scheduled run is skipped, not stacked; a one-shot backup waits for the run in flight
+        // (it finds the backup done, or takes over if that run's process died).
+        if (reason === "schedule") {
+          log.info("the previous backup is still running; skipping this run");
+          return { skipped: "running" };
+        }
+        log.info(
+          { heldForMs: acquired.heldForMs },
+          "another run of this backup is in flight; waiting for it",
+        );
+        return delay(job, token, Math.min(acquired.heldForMs, 5_000));
       }
       try {
         const backup = await deps.kube.getBackup(namespace, name);
         if (backup && !inScope(backup, deps.config)) return { skipped: "out of scope" };
         const result = await backupJob(
           { namespace, name, reason },
-          { kube: deps.kube, log, etcd, operatorImage: deps.config.operatorImage },
+          {
+            kube: deps.kube,
+            log,
+            etcd,
+            operatorImage: deps.config.operatorImage,
+            guard: () => acquired.lease.guard(),
+          },
         );
         return result.kind === "done" ? { path: result.record.path, size: result.record.size } : result;
       } catch (error) {
         if (error instanceof BackupSpecError) throw new UnrecoverableError(error.message);
+        if (error instanceof LeaseLostError) {
+          log.warn("another run took this backup over; this run stopped before its last write");
+          return { skipped: "taken over" };
+        }
         throw error;
       } finally {
         await acquired.lease.release();
@@ -116,6 +148,33 @@ export function createBackupProcessor(deps: BackupWorkerDeps) {
   };
 }
 
+/**
+ * One job per object at a time: a request for an EtcdRestore or one-shot EtcdBackup that came
+ * while the last job of that name still ran (the object deleted and made again) was dropped. Once
+ * a job ends, its object is looked at again and asked for if it still wants a run; the resync would
+ * otherwise find it only on its next round, minutes later.
+ */
+function followUp(deps: BackupWorkerDeps, job: Job): void {
+  const { queue } = deps;
+  if (!queue || !isBackupPayload(job.data)) return;
+  const { namespace, name } = job.data;
+  const again = async () => {
+    if (job.name === RESTORE_JOB) {
+      const restore = await deps.kube.getRestore(namespace, name);
+      if (restore && inScope(restore, deps.config)) await syncRestore(queue, restore);
+    } else if (job.name === BACKUP_JOB) {
+      const backup = await deps.kube.getBackup(namespace, name);
+      // Only an object made again or changed while the job ran: the run just recorded its outcome
+      // for the current spec otherwise, and a failure for good would be asked for again forever.
+      if (backup && inScope(backup, deps.config) && !isPeriodic(backup) && !lastRunIsCurrent(backup))
+        await syncBackup(queue, backup);
+    }
+  };
+  again().catch((error: unknown) =>
+    deps.log.warn({ err: error, job: job.id }, "could not look again at the job's object"),
+  );
+}
+
 export function startBackupWorker(deps: BackupWorkerDeps): Worker {
   const worker = new Worker(BACKUP_QUEUE, createBackupProcessor(deps), {
     connection: deps.connection,
@@ -123,10 +182,13 @@ export function startBackupWorker(deps: BackupWorkerDeps): Worker {
     lockDuration: 30_000,
     stalledInterval: 15_000,
     maxStalledCount: 10,
+    drainDelay: IDLE_POLL_SECONDS,
   });
   worker.on("failed", (job, error) => {
     deps.log.warn({ job: job?.id, err: error, attemptsMade: job?.attemptsMade }, "backup job failed");
+    if (job) followUp(deps, job);
   });
+  worker.on("completed", (job) => followUp(deps, job));
   worker.on("error", (error) => {
     if (deps.redisHealth && !deps.redisHealth.connected()) deps.redisHealth.error(error);
     else deps.log.error({ err: error }, "backup worker error");

@@ -14,11 +14,17 @@ import {
   PutObjectCommand,
   type S3Client,
 } from "@aws-sdk/client-s3";
+import { Redis } from "ioredis";
 import t from "tap";
+import { type BackupJobResult, backupJob } from "../functions/backup.ts";
 import { VERIFY_LABEL } from "../functions/verify-backup.ts";
 import { waitFor } from "../infra/local/kube-wait.ts";
 import { startOssServer } from "../infra/local/oss-server.ts";
+import { BACKUP_PLURAL } from "../shared/api/etcd-backup.ts";
+import { GROUP, SCOPE_ANNOTATION, SCOPE_CLUSTERWIDE, VERSION } from "../shared/api/etcd-cluster.ts";
 import { newestPatchOf } from "../shared/etcd-versions.ts";
+import { acquireLease, LeaseLostError, leaseKey } from "../shared/lease.ts";
+import { silentLogger } from "../shared/log.ts";
 import {
   type BackupTestContext,
   type BadBackup,
@@ -39,7 +45,7 @@ import {
   startClusterWithStore,
   waitBackupOutcome,
 } from "./helpers/backups.ts";
-import { createCluster, waitReady } from "./helpers/clusters.ts";
+import { createCluster, etcdClient, waitReady } from "./helpers/clusters.ts";
 import { type OperatorProcess, startOperatorProcess } from "./helpers/operator-processes.ts";
 
 const NS = "default";
@@ -280,6 +286,130 @@ t.test(
         (e) => e.type === "Warning" && e.reason === "BackupVerificationFailed",
       ),
       "a Warning Event BackupVerificationFailed",
+    );
+  },
+);
+
+t.test(
+  "two runs of one backup, the first's lease lost before its last write: object, metadata and status are one run's",
+  async (t) => {
+    const redis = new Redis(cluster.redisUrl ?? "", { maxRetriesPerRequest: null });
+    t.teardown(() => redis.disconnect());
+    await createCluster(c, NS, "taken", { size: 1, version: V36 });
+    await waitReady(c, NS, "taken", 1);
+    const client = await etcdClient(c, NS, "taken");
+    t.teardown(() => client.close());
+    await client.put("written").value("before both runs");
+    const log = silentLogger();
+    const etcd = { timeoutMs: 10_000 };
+    const key = (name: string) => `taken/${name}.backup`;
+    // Annotated cluster-wide, so the namespaced operator of this file leaves them to the test.
+    const backupNamed = async (name: string) => {
+      await c.custom.createNamespacedCustomObject({
+        group: GROUP,
+        version: VERSION,
+        namespace: NS,
+        plural: BACKUP_PLURAL,
+        body: {
+          apiVersion: `${GROUP}/${VERSION}`,
+          kind: "EtcdBackup",
+          metadata: { name, annotations: { [SCOPE_ANNOTATION]: SCOPE_CLUSTERWIDE } },
+          spec: { etcdEndpoints: ["http://taken-client:2379"], storageType: "S3", s3: s3Section(key(name)) },
+        },
+      });
+    };
+    /** A run holding the backup's lease as the worker takes it; `beforeGuard` runs at each check. */
+    const run = async (name: string, beforeGuard?: (check: number) => Promise<void>) => {
+      const acquired = await acquireLease(redis, `backup/${NS}/${name}`, 3_000, {}, { reclaim: true });
+      if (!("lease" in acquired)) throw new Error(`the lease on ${name} is held`);
+      let checks = 0;
+      const guard = async () => {
+        checks += 1;
+        await beforeGuard?.(checks);
+        await acquired.lease.guard();
+      };
+      try {
+        return await backupJob({ namespace: NS, name }, { kube: c.kube, log, etcd, guard });
+      } finally {
+        await acquired.lease.release();
+      }
+    };
+    const consistent = async (name: string) => {
+      const object = await objectBytes(key(name));
+      const meta = JSON.parse((await objectBytes(`${key(name)}.meta.json`)).toString()) as {
+        sha256: string;
+        crc32: string;
+        revision: number;
+      };
+      const status = (await getBackup(c, NS, name)).status;
+      t.equal(meta.sha256, createHash("sha256").update(object).digest("hex"), `${name}: metadata = object`);
+      t.equal(meta.crc32, crc32(object).toString(16).padStart(8, "0"), `${name}: its CRC-32 too`);
+      t.equal(status?.sha256, meta.sha256, `${name}: status = metadata`);
+      t.equal(status?.etcdRevision, meta.revision, `${name}: same revision in both`);
+      return meta.revision;
+    };
+
+    // 1. The first run's last bytes wait for its check. Meanwhile Redis lost the lease and a second
+    //    run took it (and writes after the first one's snapshot). The first run stops there: no
+    //    object, metadata or status of its own, and no failure recorded for the second's backup.
+    await backupNamed("taken-inflight");
+    let second: Promise<BackupJobResult> | undefined;
+    const firstOutcome = await run("taken-inflight", async (check) => {
+      if (check !== 1) return;
+      await redis.del(leaseKey(`backup/${NS}/taken-inflight`));
+      await client.put("written").value("between the runs");
+      const acquired = await acquireLease(redis, `backup/${NS}/taken-inflight`, 3_000, {}, { reclaim: true });
+      if (!("lease" in acquired)) throw new Error("the second run could not take the lease");
+      second = backupJob(
+        { namespace: NS, name: "taken-inflight" },
+        { kube: c.kube, log, etcd, guard: () => acquired.lease.guard() },
+      ).finally(() => acquired.lease.release());
+    }).then(
+      () => "finished",
+      (error: unknown) => error,
+    );
+    t.type(firstOutcome, LeaseLostError, "the first run stopped at its check");
+    const secondRun = await second;
+    t.equal(secondRun?.kind, "done", "the second run finished");
+    const inflight = await consistent("taken-inflight");
+    const inflightStatus = (await getBackup(c, NS, "taken-inflight")).status;
+    t.equal(inflightStatus?.succeeded, true, "the backup is recorded as succeeded, once");
+    t.notOk(
+      await eventSeen(c, NS, "EtcdBackup", "taken-inflight", (e) => e.reason === "BackupFailed", 1_000),
+      "no BackupFailed Event from the run that stopped",
+    );
+    t.equal(
+      inflight,
+      secondRun?.kind === "done" ? secondRun.record.revision : -1,
+      `revision ${inflight}: the second run's`,
+    );
+
+    // 2. The second run did all its writes and gave the lease up before the first one's check: the
+    //    first takes the lease back (no one holds it), but its put creates the key only if it is
+    //    still empty, and the second's object is there: the older snapshot stops, no trace again.
+    await backupNamed("taken-after");
+    let secondRevision = 0;
+    const outcome = await run("taken-after", async (check) => {
+      if (check !== 1) return;
+      await redis.del(leaseKey(`backup/${NS}/taken-after`));
+      await client.put("written").value("between the runs, again");
+      const done = await run("taken-after");
+      if (done.kind === "done") secondRevision = done.record.revision;
+    }).then(
+      () => "finished",
+      (error: unknown) => error,
+    );
+    t.type(
+      outcome,
+      LeaseLostError,
+      "the first run stopped: the store refused to replace the second's object",
+    );
+    t.match(String(outcome), /another writer put an object there meanwhile/, "and says so");
+    const after = await consistent("taken-after");
+    t.equal(after, secondRevision, `object, metadata and status are the second run's (revision ${after})`);
+    t.notOk(
+      await eventSeen(c, NS, "EtcdBackup", "taken-after", (e) => e.reason === "BackupFailed", 1_000),
+      "no BackupFailed Event",
     );
   },
 );

@@ -28,6 +28,7 @@ import {
   SCOPE_ANNOTATION,
   SCOPE_CLUSTERWIDE,
 } from "../shared/api/etcd-cluster.ts";
+import { CommitGate, CommitRefusedError } from "../shared/commit-gate.ts";
 import type { Kube } from "../shared/kube.ts";
 import { silentLogger } from "../shared/log.ts";
 import { ossCredentialsFromSecret, s3CredentialsFromSecret } from "../shared/object-store/credentials.ts";
@@ -164,6 +165,36 @@ t.test("the checksums fed chunk by chunk (a restore's fetch) match the pipeline 
   const checks = new SnapshotChecksums({ wholeHash: false, trailer: false });
   checks.update(corrupted);
   t.not(checks.result().crc32, (await digestOf(snapshot)).crc32, "a flipped bit changes the CRC-32");
+});
+
+t.test("the commit gate holds the last chunk until its check passes, and refuses it otherwise", async (t) => {
+  const data = randomBytes(10_000);
+  const pieces = [data.subarray(0, 4000), data.subarray(4000, 8000), data.subarray(8000)];
+  const received: Buffer[] = [];
+  let receivedAtCheck = -1;
+  const sink = () =>
+    new Writable({
+      write: (c: Buffer, _e, done) => {
+        received.push(c);
+        done();
+      },
+    });
+  const passing = new CommitGate(async () => {
+    receivedAtCheck = Buffer.concat(received).length;
+  });
+  await pipeline(Readable.from(pieces), passing, sink());
+  t.equal(receivedAtCheck, 8000, "everything but the last chunk had passed when the check ran");
+  t.same(Buffer.concat(received), data, "then the last chunk passed: the bytes are exact");
+  t.equal(passing.refused, undefined, "nothing refused");
+
+  received.length = 0;
+  const lost = new Error("lease lost");
+  const refusing = new CommitGate(async () => {
+    throw lost;
+  });
+  await t.rejects(pipeline(Readable.from(pieces), refusing, sink()), CommitRefusedError, "the stream fails");
+  t.equal(Buffer.concat(received).length, 8000, "the last chunk never passed");
+  t.equal(refusing.refused, lost, "the check's own error is kept");
 });
 
 t.test("a digest asked for one check makes only that one", async (t) => {

@@ -9,13 +9,22 @@ import { Agent as HttpAgent } from "node:http";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { PassThrough, Readable } from "node:stream";
-import { GetObjectCommand, HeadObjectCommand, type S3Client, S3ServiceException } from "@aws-sdk/client-s3";
+import { setTimeout as sleep } from "node:timers/promises";
+import {
+  GetObjectCommand,
+  HeadObjectCommand,
+  PutObjectCommand,
+  type S3Client,
+  S3ServiceException,
+} from "@aws-sdk/client-s3";
 import t, { type Test } from "tap";
 import { ensureAssets } from "../infra/local/assets.ts";
 import { startObjectStore } from "../infra/local/object-store.ts";
+import { CommitRefusedError } from "../shared/commit-gate.ts";
 import { announcedSize } from "../shared/etcd-snapshot.ts";
 import { createS3Client, openS3Store, type S3StoreOptions } from "../shared/object-store/s3.ts";
 import { MAX_PUT_SIZE, putStream, StreamLengthError } from "../shared/object-store/s3-put.ts";
+import { ObjectStoreError } from "../shared/object-store/types.ts";
 import { type SentRequest, watchRequests } from "./helpers/s3-requests.ts";
 
 const MiB = 1024 * 1024;
@@ -225,6 +234,65 @@ t.test("a failed upload leaves no object at a new key, and an old object whole",
   await rejection(store.upload("broken/old.backup", chunks(data, 6), data.length));
   t.equal(await storedHash("broken/old.backup"), sha256(good), "the previous backup is untouched");
 });
+
+t.test(
+  "another writer's object at the key, put while an upload streamed, is never replaced nor deleted",
+  async (t) => {
+    const store = openS3Store(storeOptions);
+    t.teardown(() => store.close());
+    const theirs = randomBytes(2 * MiB);
+    const putTheirs = (key: string) =>
+      s3.send(
+        new PutObjectCommand({ Bucket: "backups", Key: key, Body: theirs, ContentLength: theirs.length }),
+      );
+    const ours = randomBytes(4 * MiB);
+    /** `ours`, with `meanwhile` run before its last MiB; then that MiB, or `refuse`'s error. */
+    const body = (meanwhile: () => Promise<unknown>, refuse?: Error) => {
+      let sent = 0;
+      return new Readable({
+        read() {
+          if (sent === ours.length - MiB) {
+            sent += 1;
+            meanwhile().then(
+              () => (refuse ? this.destroy(refuse) : this.push(ours.subarray(ours.length - MiB))),
+              (error: unknown) => this.destroy(error instanceof Error ? error : new Error(String(error))),
+            );
+            return;
+          }
+          if (sent > ours.length - MiB) {
+            this.push(null);
+            return;
+          }
+          this.push(ours.subarray(sent, sent + MiB));
+          sent += MiB;
+        },
+      });
+    };
+    // The key was empty when the upload began, so it is one create-only PutObject: the store refuses
+    // to commit it over the object another writer put first.
+    const raced = await rejection(
+      store.upload(
+        "race/created",
+        body(() => putTheirs("race/created")),
+        ours.length,
+      ),
+    );
+    t.ok(raced instanceof ObjectStoreError && raced.code === "ObjectExists", `refused: ${String(raced)}`);
+    t.equal(await storedHash("race/created"), sha256(theirs), "the other writer's object is whole");
+
+    // The upload's end refused (its run lost the backup to another): no clean-up deletes their object.
+    const refused = await rejection(
+      store.upload(
+        "race/refused",
+        body(() => putTheirs("race/refused"), new CommitRefusedError("another run owns this backup")),
+        ours.length,
+      ),
+    );
+    t.match(String(refused), /another run owns this backup/, "the upload fails with the refusal");
+    await sleep(1_000);
+    t.equal(await storedHash("race/refused"), sha256(theirs), "a second later their object is still whole");
+  },
+);
 
 t.test("a refused put ends the body's producer instead of leaving it waiting", async (t) => {
   // A producer that has sent 1 MiB of 4 and waits to be asked for more, like a snapshot stream

@@ -25,7 +25,13 @@ export class StreamLengthError extends Error {
  */
 export async function putStream(
   client: S3Client,
-  target: { bucket: string; key: string; contentType?: string },
+  target: {
+    bucket: string;
+    key: string;
+    contentType?: string;
+    /** Only if no object is at the key when the store commits the put (If-None-Match: *). */
+    createOnly?: boolean;
+  },
   body: Readable,
   size: number,
 ): Promise<{ bytes: number }> {
@@ -56,6 +62,7 @@ export async function putStream(
         Body: counted,
         ContentLength: size,
         ContentType: target.contentType ?? "application/octet-stream",
+        IfNoneMatch: target.createOnly ? "*" : undefined,
       }),
       { abortSignal: abort.signal },
     );

@@ -15,6 +15,7 @@ import {
   S3Client,
   S3ServiceException,
 } from "@aws-sdk/client-s3";
+import { CommitRefusedError } from "../commit-gate.ts";
 import type { S3Credentials } from "./credentials.ts";
 import { MIN_PART_SIZE, type UploadShape, uploadStream } from "./s3-multipart.ts";
 import { MAX_PUT_SIZE, putStream } from "./s3-put.ts";
@@ -59,6 +60,10 @@ function explain(error: unknown, where: string): ObjectStoreError {
       case "Forbidden":
         return new ObjectStoreError("AccessDenied", `${where}: access denied`, { cause: error });
     }
+    if (status === 412)
+      return new ObjectStoreError("ObjectExists", `${where}: another writer put an object there meanwhile`, {
+        cause: error,
+      });
     if (status === 403)
       return new ObjectStoreError("AccessDenied", `${where}: access denied (${error.name})`, {
         cause: error,
@@ -213,15 +218,22 @@ export function openS3Store(
     bucket,
     async upload(key, body: Readable, size?: number) {
       try {
-        // One PutObject goes only to a key that holds nothing: a store may keep what arrived of a
-        // put that broke off (versitygw does, for an unsigned payload), which would replace a good
-        // backup with a truncated one. A multipart upload replaces an object only once completed.
+        // One PutObject goes only to a key that holds nothing, and only if it still does when the
+        // store commits it: a store may keep what arrived of a put that broke off (versitygw does,
+        // for an unsigned payload), which would replace a good backup with a truncated one. A
+        // multipart upload replaces an object only once completed.
         if (size !== undefined && size <= MAX_PUT_SIZE && (await head(key)) === undefined) {
-          await putStream(client, { bucket, key }, body, size).catch(async (error: unknown) => {
-            // The key held nothing: whatever the store kept of the broken request goes.
-            await removeBrokenPut(key);
-            throw error;
-          });
+          await putStream(client, { bucket, key, createOnly: true }, body, size).catch(
+            async (error: unknown) => {
+              // The key held nothing: whatever the store kept of the broken request goes. Unless
+              // another writer owns the key now (the upload's end was refused, or its object came
+              // first): what is there is theirs.
+              const explained = explain(error, `upload to ${at(key)}`);
+              if (!(error instanceof CommitRefusedError) && explained.code !== "ObjectExists")
+                await removeBrokenPut(key);
+              throw explained;
+            },
+          );
         } else await uploadStream(client, { bucket, key }, body, UPLOAD_SHAPE);
       } catch (error) {
         throw explain(error, `upload to ${at(key)}`);

@@ -40,6 +40,8 @@ export type ObjectStoreErrorCode =
   | "NoSuchBucket"
   | "NoSuchKey"
   | "Unreachable"
+  /** A create-only write found an object at its key: another writer came first. */
+  | "ObjectExists"
   | "StoreError";
 
 export class ObjectStoreError extends Error {
