@@ -284,13 +284,13 @@ t.test(
         "--",
         "/bin/sh",
         "-c",
-        'for a in nslookup sleep date; do [ -x "/bin/$a" ] && echo "/bin/$a"; done; sleep 0.1 && date +%s >/dev/null && echo done',
+        'for a in nslookup sleep date tee; do [ -x "/bin/$a" ] && echo "/bin/$a"; done; sleep 0.1 && date +%s >/dev/null && echo done',
       ],
       { quiet: true },
     );
     t.same(
       applets.split("\n"),
-      ["/bin/nslookup", "/bin/sleep", "/bin/date", "done"],
+      ["/bin/nslookup", "/bin/sleep", "/bin/date", "/bin/tee", "done"],
       "what check-dns runs is there",
     );
   },

@@ -1,7 +1,7 @@
 // Unit tests of the member pod builder: where each spec.pod field lands, and the choices the
 // operator makes when the user gives none (spread members, emptyDir, the DNS wait).
 import { spawnSync } from "node:child_process";
-import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import t from "tap";
@@ -101,7 +101,16 @@ t.test("the DNS wait gets the host and timeout as variables, never inside its sc
   t.same(init?.env, [
     { name: "MEMBER_HOST", value: "c-abc.c.ns.svc.cluster.local" },
     { name: "TIMEOUT_SECONDS", value: "30" },
+    { name: "WAL_DIR", value: "/var/etcd/data/member/wal" },
+    { name: "MESSAGE_FILE", value: "/dev/termination-log" },
   ]);
+  const etcd = podFor({}).spec?.containers[0];
+  t.ok(etcd?.command?.includes("--data-dir=/var/etcd/data"), "the WAL it looks for is etcd's own");
+  t.same(
+    init?.volumeMounts,
+    [{ name: "etcd-data", mountPath: "/var/etcd", readOnly: true }],
+    "it sees the member's data volume, read-only",
+  );
   t.notMatch(init?.command?.join(" "), /c-abc/, "the script itself names no host");
   t.equal(memberHost("m", "c", "ns", ".cluster.local"), "m.c.ns.svc.cluster.local");
   t.equal(memberHost("m", "c", "ns"), "m.c.ns.svc");
@@ -126,7 +135,7 @@ t.test("with ClusterDomain, TLS certificates must cover the longer member names"
  */
 function runDnsWait(
   misses: number,
-  options: { timeoutSeconds?: number; sleepTakesFractions?: boolean } = {},
+  options: { timeoutSeconds?: number; sleepTakesFractions?: boolean; withWal?: boolean } = {},
 ) {
   const dir = mkdtempSync(join(tmpdir(), "dns-wait-"));
   const log = join(dir, "log");
@@ -146,13 +155,17 @@ function runDnsWait(
       PATH: `${dir}:/usr/bin:/bin`,
       MEMBER_HOST: "m.c.ns.svc",
       TIMEOUT_SECONDS: String(options.timeoutSeconds ?? 0),
+      // The data volume as check-dns sees it: a member that ran before left its write-ahead log.
+      WAL_DIR: options.withWal ? dir : join(dir, "member", "wal"),
+      MESSAGE_FILE: join(dir, "message"),
     },
     encoding: "utf8",
     timeout: 30_000,
   });
-  const lines = readFileSync(log, "utf8").trim().split("\n");
+  const lines = existsSync(log) ? readFileSync(log, "utf8").trim().split("\n") : [];
+  const message = existsSync(join(dir, "message")) ? readFileSync(join(dir, "message"), "utf8") : "";
   rmSync(dir, { recursive: true, force: true });
-  return { status: result.status, stderr: result.stderr, lines };
+  return { status: result.status, stdout: result.stdout, stderr: result.stderr, lines, message };
 }
 
 t.test("the DNS wait looks again every 100 ms at first, then every second", async (t) => {
@@ -170,6 +183,16 @@ t.test("where sleep takes no fractions, the DNS wait sleeps whole seconds", asyn
     run.lines.filter((l) => l.startsWith("sleep ")),
     ["sleep 0.1", "sleep 1", "sleep 0.1", "sleep 1"],
   );
+});
+
+t.test("a member back on its volume, with its write-ahead log, does not wait for its name", async (t) => {
+  const run = runDnsWait(5, { withWal: true });
+  t.equal(run.status, 0, run.stderr);
+  t.same(run.lines, [], "no lookup, no sleep");
+  t.match(run.stdout, /no DNS wait: the member's write-ahead log is on its volume/, "it says why");
+  t.equal(run.message, run.stdout, "in its termination message too");
+  const fresh = runDnsWait(1);
+  t.equal(fresh.lines.filter((l) => l.startsWith("lookup ")).length, 2, "an empty volume waits as before");
 });
 
 t.test("the DNS wait gives up after DNSTimeoutInSecond, and says so", async (t) => {
