@@ -13,6 +13,7 @@ import { writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { setTimeout as sleep } from "node:timers/promises";
 import { Redis } from "ioredis";
+import { SENTINEL_COMMAND_TIMEOUT_MS } from "../shared/redis-connection.ts";
 
 const REDIS_PORT = 6379;
 const SENTINEL_PORT = 26379;
@@ -42,7 +43,11 @@ function settings(): Settings {
     domain: required("SERVICE_DOMAIN"),
     masterName: required("MASTER_NAME"),
     quorum: Number(process.env.SENTINEL_QUORUM ?? 2),
-    downAfterMs: Number(process.env.DOWN_AFTER_MS ?? 5_000),
+    // Sentinel promotes only a replica whose link to the lost primary has been down for at most
+    // 10 × this plus the time since the sentinels noticed. Losing a node can stall a sentinel's
+    // hostname lookups (TILT) so that it notices late: 80 s after the replicas in one run, and at
+    // 5 s every failover then aborted with "no good slave" for as long as the node stayed lost.
+    downAfterMs: Number(process.env.DOWN_AFTER_MS ?? 15_000),
     ...(password ? { password } : {}),
     confDir: process.env.CONF_DIR ?? "/conf",
   };
@@ -62,6 +67,8 @@ async function primaryNamedBySentinels(hosts: string[], masterName: string): Pro
       port: SENTINEL_PORT,
       lazyConnect: true,
       connectTimeout: 1_000,
+      // A sentinel that takes the connection and never answers would hold the pod's start forever.
+      commandTimeout: SENTINEL_COMMAND_TIMEOUT_MS,
       maxRetriesPerRequest: 0,
       retryStrategy: () => null,
     });

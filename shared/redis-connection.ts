@@ -51,12 +51,29 @@ export function parseSentinelAddresses(raw: string): SentinelAddress[] {
   });
 }
 
+/**
+ * A connection with a command in flight and nothing received for this long is taken for dead and
+ * made again. Redis on a lost node, or a pod gone with its IP, sends no reset: without this a
+ * command waited for TCP's retransmissions to give up (~15 min), and the process with it. Above
+ * BullMQ's longest blocking wait (its idle poll, IDLE_POLL_SECONDS).
+ */
+export const REDIS_SOCKET_TIMEOUT_MS = 20_000;
+
+/**
+ * How long a sentinel may take to name the primary before the next one is asked. A sentinel that
+ * takes the connection and answers nothing (stopped, starved, or an address that now leads
+ * somewhere else, as a lost node's can) otherwise held the connect forever: ioredis sets no limit.
+ * Sentinels answer in milliseconds, during an election too.
+ */
+export const SENTINEL_COMMAND_TIMEOUT_MS = 3_000;
+
 /** ioredis options for the configured Redis (without the URL, which ioredis takes separately). */
 export function redisClientOptions(config: RedisSettings, extra: RedisOptions): RedisOptions {
   const ca = config.redisTlsCaFile ? { ca: readFileSync(config.redisTlsCaFile) } : {};
   const sentinel = config.redisSentinel;
   if (!sentinel) {
     return {
+      socketTimeout: REDIS_SOCKET_TIMEOUT_MS,
       ...(config.redisPassword ? { password: config.redisPassword } : {}),
       // rediss:// turns TLS on in ioredis; the CA is added to it.
       ...(config.redisTlsCaFile && config.redisUrl.startsWith("rediss:") ? { tls: ca } : {}),
@@ -65,6 +82,7 @@ export function redisClientOptions(config: RedisSettings, extra: RedisOptions): 
   }
   const tls = sentinel.tls ? ca : undefined;
   return {
+    socketTimeout: REDIS_SOCKET_TIMEOUT_MS,
     sentinels: sentinel.sentinels,
     name: sentinel.masterName,
     ...(config.redisPassword ? { password: config.redisPassword } : {}),
@@ -73,6 +91,7 @@ export function redisClientOptions(config: RedisSettings, extra: RedisOptions): 
     // Sentinels answer within a second or two while they elect; keep asking instead of giving up
     // after the first round (ioredis's default stops retrying the sentinel list).
     sentinelRetryStrategy: (times: number) => Math.min(100 * times, 1_000),
+    sentinelCommandTimeout: SENTINEL_COMMAND_TIMEOUT_MS,
     // A failover also closes the old primary's connections; asking the sentinels again at once
     // (instead of waiting for the socket to time out) is what makes the switch take a second.
     failoverDetector: true,

@@ -5,11 +5,14 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import t from "tap";
 import { ConfigError, loadConfig } from "../shared/config.ts";
+import { IDLE_POLL_SECONDS } from "../shared/queue.ts";
 import {
   describeRedis,
   leaseReplicas,
   parseSentinelAddresses,
+  REDIS_SOCKET_TIMEOUT_MS,
   redisClientOptions,
+  SENTINEL_COMMAND_TIMEOUT_MS,
 } from "../shared/redis-connection.ts";
 
 t.test("a URL by default, no lease replication", async (t) => {
@@ -17,7 +20,14 @@ t.test("a URL by default, no lease replication", async (t) => {
   t.equal(config.redisUrl, "redis://127.0.0.1:6379");
   t.equal(config.redisSentinel, undefined);
   t.equal(leaseReplicas(config), 0);
-  t.same(redisClientOptions(config, { maxRetriesPerRequest: null }), { maxRetriesPerRequest: null });
+  t.same(redisClientOptions(config, { maxRetriesPerRequest: null }), {
+    maxRetriesPerRequest: null,
+    socketTimeout: REDIS_SOCKET_TIMEOUT_MS,
+  });
+  t.ok(
+    REDIS_SOCKET_TIMEOUT_MS >= 2 * IDLE_POLL_SECONDS * 1000,
+    "a silent connection outlasts BullMQ's longest blocking wait before it is taken for dead",
+  );
 });
 
 t.test("REDIS_PASSWORD goes to ioredis and never into descriptions", async (t) => {
@@ -55,6 +65,11 @@ t.test("a Sentinel group: addresses, master name, passwords, TLS", async (t) => 
   t.match(String(options.tls?.ca), /BEGIN CERTIFICATE/, "the private CA is trusted");
   t.equal(options.maxRetriesPerRequest, null, "the caller's options are kept");
   t.equal(options.failoverDetector, true);
+  t.equal(
+    options.sentinelCommandTimeout,
+    SENTINEL_COMMAND_TIMEOUT_MS,
+    "a sentinel that never answers is passed over",
+  );
   const description = describeRedis(config);
   t.equal(
     description,

@@ -3,6 +3,7 @@
 // per-cluster lease on the replicas before a step runs.
 import { randomBytes } from "node:crypto";
 import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { connect, createServer, type Socket } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { Writable } from "node:stream";
@@ -10,14 +11,14 @@ import { setTimeout as sleep } from "node:timers/promises";
 import { Redis } from "ioredis";
 import { pino } from "pino";
 import t from "tap";
-import { stopDaemon } from "../infra/local/daemons.ts";
+import { readPidFile, stopDaemon } from "../infra/local/daemons.ts";
 import { startRedis } from "../infra/local/redis.ts";
 import { startSentinelGroup } from "../infra/local/redis-sentinel.ts";
 import { loadConfig } from "../shared/config.ts";
 import { acquireLease, leaseKey } from "../shared/lease.ts";
 import { operatorMetrics } from "../shared/metrics.ts";
 import { createCertificateAuthority, issueCertificate } from "../shared/pki.ts";
-import { connectRedis, leaseReplicas } from "../shared/redis-connection.ts";
+import { connectRedis, leaseReplicas, REDIS_SOCKET_TIMEOUT_MS } from "../shared/redis-connection.ts";
 import { watchRedis } from "../shared/redis-health.ts";
 
 const dir = mkdtempSync(join(tmpdir(), "eop-redis-health-"));
@@ -79,6 +80,77 @@ t.test("an outage is one warning, reminders at most every 30 s, and one line whe
   await stopDaemon(restarted.record);
 });
 
+t.test(
+  "a Redis that goes silent without a reset (its node lost) is reconnected to, not waited on",
+  async (t) => {
+    const serverDir = join(dir, "silent");
+    const server = await startRedis({
+      dir: serverDir,
+      logFile: join(dir, "silent.log"),
+      pidFile: join(dir, "silent.pid"),
+    });
+    t.teardown(() => stopDaemon(server.record));
+    // A TCP relay in front of the real server: "silent" stops forwarding and never closes, as a
+    // connection to a pod whose IP vanished with its node.
+    const sockets: Socket[] = [];
+    let silent = false;
+    const relay = createServer((client) => {
+      const upstream = connect(server.port, "127.0.0.1");
+      sockets.push(client, upstream);
+      client.on("data", (data) => {
+        if (!silent) upstream.write(data);
+      });
+      upstream.on("data", (data) => {
+        if (!silent) client.write(data);
+      });
+      client.on("error", () => upstream.destroy());
+      upstream.on("error", () => client.destroy());
+      client.on("close", () => upstream.destroy());
+    });
+    await new Promise<void>((resolve) => relay.listen(0, "127.0.0.1", resolve));
+    t.teardown(() => {
+      for (const s of sockets) s.destroy();
+      relay.close();
+    });
+    const address = relay.address();
+    const port = typeof address === "object" && address ? address.port : 0;
+    const { log, lines } = capturingLogger();
+    const redis = connectRedis(loadConfig({ REDIS_URL: `redis://127.0.0.1:${port}` }), {
+      maxRetriesPerRequest: null,
+    });
+    t.teardown(() => redis.disconnect());
+    watchRedis(redis, "silent", "relay", log);
+    t.equal(await redis.ping(), "PONG", "answers through the relay");
+    const connections = sockets.length;
+
+    silent = true;
+    const started = Date.now();
+    const stuck = redis.ping();
+    await sleep(1_000);
+    // The old connection's relay stays silent; new connections are relayed again.
+    const staleSockets = sockets.length;
+    silent = false;
+    for (const s of sockets.slice(0, staleSockets)) {
+      s.removeAllListeners("data");
+    }
+    const answered = await stuck.then(
+      (reply) => `answered ${reply}`,
+      (error: unknown) => `rejected: ${String(error)}`,
+    );
+    const waited = Date.now() - started;
+    t.ok(
+      waited >= REDIS_SOCKET_TIMEOUT_MS - 1_000 && waited < REDIS_SOCKET_TIMEOUT_MS + 10_000,
+      `the command on the silent connection ended after ${waited} ms (${answered}), not TCP's minutes`,
+    );
+    t.equal(await redis.ping(), "PONG", "the next command goes over a new connection");
+    t.ok(sockets.length > connections, "a new connection was made");
+    t.ok(
+      lines.some((l) => l.msg === "Redis connection lost; steps wait until it is back"),
+      "and the lost connection was reported",
+    );
+  },
+);
+
 t.test("on a Sentinel group, a new lease is on a replica before the step runs", async (t) => {
   const group = await startSentinelGroup({ dir: join(dir, "sentinel") });
   t.teardown(() => group.stop());
@@ -127,6 +199,36 @@ t.test("on a Sentinel group, a new lease is on a replica before the step runs", 
   t.ok(Date.now() - started < 2_000, "after waiting at most half a second for one");
   plain.disconnect();
   await stopDaemon(lone.record);
+});
+
+t.test("a sentinel that takes the connection and never answers is passed over", async (t) => {
+  const groupDir = join(dir, "hung");
+  const group = await startSentinelGroup({ dir: groupDir });
+  t.teardown(() => group.stop());
+  // Stopped, the first sentinel's port still completes TCP handshakes (the kernel's backlog) and
+  // answers nothing: what a connect meets at an address that leads somewhere dead.
+  const hung = readPidFile(join(groupDir, "sentinel-0.pid"));
+  if (!hung) throw new Error("no pid file for sentinel-0");
+  process.kill(hung.pid, "SIGSTOP");
+  try {
+    const config = loadConfig({
+      REDIS_SENTINELS: group.sentinelsEnv,
+      REDIS_SENTINEL_MASTER: group.masterName,
+    });
+    t.equal(
+      config.redisSentinel?.sentinels[0]?.port,
+      group.sentinels[0]?.port,
+      "the stopped sentinel is asked first",
+    );
+    const redis = connectRedis(config, { maxRetriesPerRequest: null });
+    redis.on("error", () => {});
+    t.teardown(() => redis.disconnect());
+    const started = Date.now();
+    const answer = await Promise.race([redis.ping(), sleep(30_000).then(() => "no answer in 30 s")]);
+    t.equal(answer, "PONG", `the next sentinel named the primary (PONG after ${Date.now() - started} ms)`);
+  } finally {
+    process.kill(hung.pid, "SIGCONT");
+  }
 });
 
 t.test("TLS and passwords: the operator's connection finds the primary through the sentinels", async (t) => {

@@ -146,6 +146,13 @@ t.test("the primary killed during a scale: a replica is promoted and the scale f
   t.not(promoted, killedPort, `the sentinels promoted the replica on ${promoted} (${failoverMs} ms)`);
   await waitReady(c, NS, "scaled", 5, 120_000);
   t.pass(`5 members Ready ${Date.now() - scaleStarted} ms after the scale began, without a hand`);
+  const scheduler = processes.find((p) => p.role === "scheduler");
+  const resynced = scheduler
+    ? logLines(scheduler).find(
+        (line) => line.time >= killedAt && line.msg?.startsWith("Redis restarted or failed over"),
+      )
+    : undefined;
+  t.ok(resynced, "the scheduler saw the promoted replica and made sure of every cluster's job");
   const result = await writer.stop();
   const endpoints = await memberEndpoints(c, NS, "scaled");
   const members = await listMembers(endpoints, { timeoutMs: 3_000 });
