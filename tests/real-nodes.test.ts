@@ -39,11 +39,27 @@ await installCrds(kc);
 const custom = kc.makeApiClient(CustomObjectsApi);
 const c = { kube: new Kube(kc), core, custom };
 
+// A kubectl exec whose stream never ends would block the whole file (execFileSync) until tap's
+// timeout; with a deadline it fails, says what it printed, and a wait can try again.
+const KUBECTL_DEADLINE_MS = 30_000;
+
 function kubectl(...args: string[]): string {
-  return execFileSync(assets.kubectl, ["--kubeconfig", local.kubeconfigPath, ...args], {
-    encoding: "utf8",
-    stdio: ["ignore", "pipe", "pipe"],
-  });
+  try {
+    return execFileSync(assets.kubectl, ["--kubeconfig", local.kubeconfigPath, ...args], {
+      encoding: "utf8",
+      stdio: ["ignore", "pipe", "pipe"],
+      timeout: KUBECTL_DEADLINE_MS,
+    });
+  } catch (error) {
+    const { stdout, stderr, code } = error as { stdout?: string; stderr?: string; code?: string };
+    const how = code === "ETIMEDOUT" ? `did not finish in ${KUBECTL_DEADLINE_MS / 1000} s` : "failed";
+    throw new Error(
+      `kubectl ${args.join(" ")} ${how}; stdout: ${stdout?.trim()}; stderr: ${stderr?.trim()}`,
+      {
+        cause: error,
+      },
+    );
+  }
 }
 
 function pinned(name: string, node: string, spec: V1PodSpec): V1Pod {
@@ -69,6 +85,19 @@ function getFrom(pod: string, host: string, port: number, path: string): string 
     "-c",
     `printf 'GET ${path} HTTP/1.0\\r\\n\\r\\n' | nc -w 3 ${host} ${port}`,
   );
+}
+
+/** The answer of getFrom once it names etcd's server; attempts that fail are printed, not hidden. */
+function etcdVersionFrom(t: Test, what: string, pod: string, host: string, port: number): Promise<string> {
+  return waitFor(what, async () => {
+    try {
+      const out = getFrom(pod, host, port, "/version");
+      return out.includes("etcdserver") ? out : undefined;
+    } catch (error) {
+      t.comment(`${what}: ${error instanceof Error ? error.message : String(error)}`);
+      throw error;
+    }
+  });
 }
 
 t.test("two real nodes: containerd, kubelet v1.34.4, Ready", async (t) => {
@@ -141,26 +170,31 @@ t.test("pods: DNS names and ClusterIPs through kube-proxy, across nodes, from th
     "pods use the cluster DNS",
   );
   const service = await core.readNamespacedService({ namespace: NS, name: "server" });
-  const byIp = await waitFor("the Service's ClusterIP to answer", async () => {
-    const out = getFrom("client", service.spec?.clusterIP ?? "", 80, "/version");
-    return out.includes("etcdserver") ? out : undefined;
-  });
+  const byIp = await etcdVersionFrom(
+    t,
+    "the Service's ClusterIP",
+    "client",
+    service.spec?.clusterIP ?? "",
+    80,
+  );
   t.match(
     byIp,
     /"etcdserver":"3\.5\.35"/,
     "ClusterIP port 80 reaches the pod on the other node (kube-proxy DNAT)",
   );
   t.match(
-    getFrom("client", "server.default.svc.cluster.local", 80, "/version"),
+    await etcdVersionFrom(t, "the Service's DNS name", "client", "server.default.svc.cluster.local", 80),
     /etcdserver/,
     "and by DNS name",
   );
   t.match(
-    getFrom("client", server.status?.podIP ?? "", 2379, "/version"),
+    await etcdVersionFrom(t, "the server pod's IP", "client", server.status?.podIP ?? "", 2379),
     /etcdserver/,
     "pod to pod across nodes",
   );
-  const fromHost = await fetch(`http://${server.status?.podIP}:2379/version`);
+  const fromHost = await fetch(`http://${server.status?.podIP}:2379/version`, {
+    signal: AbortSignal.timeout(10_000),
+  });
   t.match(await fromHost.text(), /etcdserver/, "the host reaches pods by IP");
   t.match(kubectl("logs", "server"), /serving client traffic/, "kubectl logs goes through the kubelet");
   const hosts = kubectl("exec", "client", "--", "cat", "/etc/hosts");
