@@ -34,7 +34,7 @@ import { type OperatorProcess, startOperatorProcess } from "../tests/helpers/ope
 import { apiRequestCounts, countsSince } from "./api-requests.ts";
 import { operatorBuild } from "./operator-entry.ts";
 import { saveResults } from "./results.ts";
-import { processCpuSeconds as cpuSeconds, keepLogs, load, summary } from "./stats.ts";
+import { processCpuSeconds as cpuSeconds, keepLogs, load, processRssMiB, summary } from "./stats.ts";
 
 const { values } = parseArgs({
   options: {
@@ -67,12 +67,6 @@ const eventsConnection = new Redis(redisUrl, { maxRetriesPerRequest: null });
 const events = new QueueEvents(RECONCILE_QUEUE, { connection: eventsConnection });
 await events.waitUntilReady();
 const processes: OperatorProcess[] = [];
-
-function rssMiB(pid: number | undefined): number {
-  if (pid === undefined) return Number.NaN;
-  const match = /VmRSS:\s+(\d+) kB/.exec(readFileSync(`/proc/${pid}/status`, "utf8"));
-  return Math.round(Number(match?.[1] ?? 0) / 1024);
-}
 
 /**
  * Where a process's resident memory is: /proc's split into anonymous and file-backed pages, and
@@ -340,7 +334,10 @@ try {
       p99: summary(perRun.requestToStartP99, 1),
     },
     goalP99Ms: 20,
-    rssMiB: { watcher: rssMiB(watcher.child.pid), workers: workers.map((w) => rssMiB(w.child.pid)) },
+    rssMiB: {
+      watcher: processRssMiB(watcher.child.pid),
+      workers: workers.map((w) => processRssMiB(w.child.pid)),
+    },
     goalRssMiB: 150,
     memoryMiB: {
       watcher: await memoryOf(watcher.child.pid, watcherPort),

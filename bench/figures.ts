@@ -152,6 +152,44 @@ function rowsOf(bench: string, result: Result): Row[] {
         "ms",
         { atMost: num(field(result.goal, "catchUpMaxMsAtMost")) ?? 30_000 },
       );
+    case "rest/rest": {
+      const rest = field(result, "rest");
+      const warm = num(field(field(result.round, "warm"), "operatorAndRedisCpuSeconds"));
+      return [
+        ...goalRow(
+          result,
+          "operator + Redis CPU at rest, one 3-member cluster (per window)",
+          field(rest, "cpuSeconds"),
+          "s",
+          {
+            atMost: 0.15,
+          },
+        ),
+        ...goalRow(result, "`--role all` RSS at rest (per window)", field(rest, "rssMiB"), "MiB", {
+          atMost: 80,
+        }),
+        ...(warm === undefined
+          ? []
+          : goalRow(
+              result,
+              "operator + Redis CPU for create, heal and scale (warm)",
+              { median: warm, min: warm, max: warm },
+              "s",
+              {
+                atMost: num(field(result.round, "goal")) ?? 0.35,
+              },
+            )),
+        ...goalRow(
+          result,
+          "heal on a volume: delete to a healthy member (per run)",
+          result.healOnVolumeMs,
+          "ms",
+          {
+            atMost: num(field(result.healOnVolumeMs, "goal")) ?? 450,
+          },
+        ),
+      ];
+    }
     case "soak/soak": {
       const bound = num(result.boundMs) ?? 120_000;
       const byKind = field(result, "convergeMsByKind");

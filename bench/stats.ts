@@ -46,6 +46,13 @@ export function processCpuSeconds(pid: number | undefined): number {
   }
 }
 
+/** A process's resident memory in MiB, to `digits` decimals; NaN without a pid. */
+export function processRssMiB(pid: number | undefined, digits = 0): number {
+  if (pid === undefined) return Number.NaN;
+  const match = /VmRSS:\s+(\d+) kB/.exec(readFileSync(`/proc/${pid}/status`, "utf8"));
+  return Number((Number(match?.[1] ?? 0) / 1024).toFixed(digits));
+}
+
 /**
  * CPU seconds the whole machine has spent busy so far (all cores; /proc/stat's first line less
  * idle and iowait): across a scenario, the work it cost whatever process did it.
