@@ -5,7 +5,8 @@
 // sentinel answers (a new install, or every pod gone at once) does pod 0 start as the primary and
 // the others as its replicas. A pod the sentinels still name as primary is one that restarted
 // before they noticed: it has lost its data (an emptyDir), so it waits until they promote a
-// replica rather than come back empty as the primary and have the replicas copy nothing.
+// replica rather than come back empty as the primary and have the replicas copy nothing, but only
+// while another server holds data: when every pod was replaced at once, no replica can be promoted.
 // Settings come from the environment the chart sets:
 //   POD_NAME, SERVICE_DOMAIN (the headless Service's domain), MASTER_NAME, SENTINEL_QUORUM,
 //   DOWN_AFTER_MS, REDIS_PASSWORD (optional), CONF_DIR (default /conf)
@@ -86,6 +87,44 @@ async function primaryNamedBySentinels(hosts: string[], masterName: string): Pro
   return undefined;
 }
 
+/**
+ * What the other servers of the group hold: `data` when one of them has keys (the queue's state, on
+ * a replica the sentinels can promote), `empty` when some answered and none has (every pod was
+ * replaced at once: no failover can come, and none would bring anything back), `unknown` when none
+ * answered.
+ */
+export async function peersHold(
+  peers: string[],
+  password: string | undefined,
+  port = REDIS_PORT,
+): Promise<{ kind: "data"; host: string } | { kind: "empty" } | { kind: "unknown" }> {
+  let answered = false;
+  for (const host of peers) {
+    const client = new Redis({
+      host,
+      port,
+      lazyConnect: true,
+      connectTimeout: 1_000,
+      commandTimeout: SENTINEL_COMMAND_TIMEOUT_MS,
+      maxRetriesPerRequest: 0,
+      retryStrategy: () => null,
+      ...(password ? { password } : {}),
+    });
+    client.on("error", () => {});
+    try {
+      await client.connect();
+      const keys = await client.dbsize();
+      answered = true;
+      if (keys > 0) return { kind: "data", host };
+    } catch {
+      // Not up (yet): it says nothing either way.
+    } finally {
+      client.disconnect();
+    }
+  }
+  return answered ? { kind: "empty" } : { kind: "unknown" };
+}
+
 export function redisConf(me: string, primary: string | undefined, password?: string): string {
   return [
     `port ${REDIS_PORT}`,
@@ -128,8 +167,16 @@ async function main(): Promise<void> {
     process.stdout.write(
       `the sentinels still name ${me} as primary; waiting for them to promote a replica\n`,
     );
+    const peers = hosts.filter((host) => host !== me);
     const deadline = Date.now() + WAIT_FOR_FAILOVER_MS;
     while (primary === me && Date.now() < deadline) {
+      const held = await peersHold(peers, s.password);
+      if (held.kind === "empty") {
+        // The others follow the sentinels' name, this pod's: it starts as the primary, as it would
+        // after the wait, without the wait.
+        process.stdout.write("no other server holds data (every pod was replaced): no failover can come\n");
+        break;
+      }
       await sleep(1_000);
       primary = await primaryNamedBySentinels(hosts, s.masterName);
     }

@@ -192,6 +192,14 @@ function sentinelPrimary(): string {
   return "";
 }
 
+/** What each bundled Redis pod's init container (infra/redis-sentinel-init.ts) said. */
+function redisInitLogs(): { pod: string; log: string }[] {
+  return redisPodNames().map((pod) => ({
+    pod,
+    log: kubectl("logs", "--namespace", NS, pod, "-c", "config").trim(),
+  }));
+}
+
 /** Each sentinel's view of the group (primary, flags, replicas and other sentinels it knows). */
 function sentinelViews(): Record<string, Record<string, string> | string> {
   const views: Record<string, Record<string, string> | string> = {};
@@ -545,6 +553,22 @@ function journey(inst: Installation): void {
     deleteOperatorPods();
     await waitReady(c, ns, EXAMPLE, 5, 240_000);
     t.equal((await membersOf(ns, EXAMPLE)).length, 5, "5 members after the operator came back");
+    if (inst.sentinel) {
+      // Every Redis pod came back empty: one the sentinels named as primary must not wait for a
+      // failover that no replica could give.
+      const inits = redisInitLogs();
+      t.equal(inits.length, 3, "three Redis pods, each configured by its init container");
+      for (const { pod, log } of inits) {
+        t.comment(`${pod}: ${log.replace(/\n/g, "; ")}`);
+        t.match(log, /starts as (the primary|a replica of)/, `${pod}: configured`);
+        if (/still name/.test(log))
+          t.match(
+            log,
+            /no other server holds data/,
+            `${pod}: did not wait for a failover that could not come`,
+          );
+      }
+    }
     await scaleBackToThree();
     t.pass("scaled back to 3");
   });

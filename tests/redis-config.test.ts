@@ -136,3 +136,58 @@ t.test("the bundled Sentinel pods' configuration (infra/redis-sentinel-init.ts)"
   t.match(sentinel, /^sentinel resolve-hostnames yes$/m);
   t.match(sentinel, /^sentinel auth-pass mymaster pw$/m);
 });
+
+t.test(
+  "a pod the sentinels name as primary waits for a failover only while another server holds data",
+  async (t) => {
+    const { peersHold } = await import("../infra/redis-sentinel-init.ts");
+    const { startRedis } = await import("../infra/local/redis.ts");
+    const { freePort, stopDaemon } = await import("../infra/local/daemons.ts");
+    const { Redis } = await import("ioredis");
+    const dir = mkdtempSync(join(tmpdir(), "eop-sentinel-init-"));
+    const start = (name: string) =>
+      startRedis({
+        dir: join(dir, name),
+        logFile: join(dir, `${name}.log`),
+        pidFile: join(dir, `${name}.pid`),
+      });
+    const [primary, synced, fresh] = await Promise.all([start("primary"), start("synced"), start("fresh")]);
+    const clients = [primary, synced, fresh].map((s) => new Redis(s.port, { lazyConnect: true }));
+    t.teardown(async () => {
+      for (const c of clients) c.disconnect();
+      await Promise.all([primary, synced, fresh].map((s) => stopDaemon(s.record)));
+    });
+    const [toPrimary, toSynced, toFresh] = clients;
+    if (!toPrimary || !toSynced || !toFresh) throw new Error("three clients");
+    await toPrimary.set("eop:some-job", "1");
+    await toSynced.replicaof("127.0.0.1", primary.port);
+    // A replica of a primary that never answered, as every pod's server is after all were replaced.
+    await toFresh.replicaof("127.0.0.1", await freePort());
+    const deadline = Date.now() + 15_000;
+    while (!/master_link_status:up/.test(await toSynced.info("replication")) && Date.now() < deadline)
+      await new Promise((resolve) => setTimeout(resolve, 100));
+    t.match(await toSynced.info("replication"), /master_link_status:up/, "the replica synced");
+
+    const host = "127.0.0.1";
+    t.same(
+      await peersHold([host], undefined, fresh.port),
+      { kind: "empty" },
+      "a replica that never synced holds nothing a failover could bring back: no wait",
+    );
+    t.same(
+      await peersHold([host], undefined, synced.port),
+      { kind: "data", host },
+      "a replica that synced holds the queue's keys: wait for the sentinels to promote it",
+    );
+    t.same(
+      await peersHold([host], undefined, primary.port),
+      { kind: "data", host },
+      "so can a server with writes",
+    );
+    t.same(
+      await peersHold(["127.0.0.1", "localhost"], undefined, await freePort()),
+      { kind: "unknown" },
+      "no server answers: unknown (the pod keeps waiting, as before)",
+    );
+  },
+);
