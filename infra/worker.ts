@@ -131,7 +131,7 @@ export function createProcessor(deps: WorkerDeps) {
       lastUnreplicatedWarning = Date.now();
       log.warn(
         { replicas: leaseOptions.replicas },
-        "no Redis replica acknowledged the cluster's lease within 500 ms; a failover now could hand the cluster to a second worker (reported at most once a minute)",
+        "no Redis replica acknowledged the cluster's lease; a failover now could hand the cluster to a second worker (reported at most once a minute)",
       );
     }
     const { lease } = acquired;

@@ -54,6 +54,14 @@ export interface Lease {
  * it (Redis WAIT, in the same round trip), at most this long.
  */
 const REPLICATION_WAIT_MS = 500;
+/**
+ * After a wait that no replica acknowledged, leases taken on that connection skip the wait this
+ * long: WAIT blocks the connection it runs on (the process's commands connection), and with every
+ * replica down each lease would hold every other command of the process for half a second. The
+ * skipped waits would have timed out too, so no lease is less safe for it.
+ */
+export const UNREPLICATED_BACKOFF_MS = 10_000;
+const unacknowledgedAt = new WeakMap<Redis, number>();
 
 export interface LeaseOptions {
   /** Replicas that should hold the lease before the step runs (0: do not wait). */
@@ -107,7 +115,11 @@ export async function acquireLease(
   const args = [key, keys.clear ?? key, keys.read ?? key, keys.alsoRead ?? key, token, String(ttlMs)];
   let reply: unknown;
   let acknowledged = 0;
-  if (replicas > 0) {
+  const lastUnacknowledged = unacknowledgedAt.get(redis);
+  const wait =
+    replicas > 0 &&
+    (lastUnacknowledged === undefined || Date.now() - lastUnacknowledged >= UNREPLICATED_BACKOFF_MS);
+  if (wait) {
     // A replica promoted after the primary is lost knows the lease only if it had it: WAIT
     // returns once `replicas` replicas acknowledged everything written before it.
     const results = await redis
@@ -119,6 +131,8 @@ export async function acquireLease(
     if (acquireResult?.[0]) throw acquireResult[0];
     reply = acquireResult?.[1];
     acknowledged = typeof waitResult?.[1] === "number" ? waitResult[1] : 0;
+    if (acknowledged >= replicas) unacknowledgedAt.delete(redis);
+    else unacknowledgedAt.set(redis, Date.now());
   } else {
     reply = await redis.eval(ACQUIRE, 4, ...args);
   }

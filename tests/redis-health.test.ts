@@ -15,7 +15,7 @@ import { readPidFile, stopDaemon } from "../infra/local/daemons.ts";
 import { startRedis } from "../infra/local/redis.ts";
 import { startSentinelGroup } from "../infra/local/redis-sentinel.ts";
 import { loadConfig } from "../shared/config.ts";
-import { acquireLease, leaseKey } from "../shared/lease.ts";
+import { acquireLease, leaseKey, UNREPLICATED_BACKOFF_MS } from "../shared/lease.ts";
 import { operatorMetrics } from "../shared/metrics.ts";
 import { createCertificateAuthority, issueCertificate } from "../shared/pki.ts";
 import { connectRedis, leaseReplicas, REDIS_SOCKET_TIMEOUT_MS } from "../shared/redis-connection.ts";
@@ -197,6 +197,19 @@ t.test("on a Sentinel group, a new lease is on a replica before the step runs", 
   const unreplicated = await acquireLease(plain, "ns/lone", 10_000, {}, { replicas: 1 });
   t.ok("lease" in unreplicated && !unreplicated.replicated, "taken without a replica, and reported so");
   t.ok(Date.now() - started < 2_000, "after waiting at most half a second for one");
+  const waits = async () =>
+    Number(/cmdstat_wait:calls=(\d+)/.exec(await plain.info("commandstats"))?.[1] ?? 0);
+  t.equal(await waits(), 1, "one WAIT so far");
+  // WAIT blocks the connection: with no replica answering, the next leases do not wait again at once.
+  for (const n of [1, 2, 3]) {
+    const next = await acquireLease(plain, `ns/lone-${n}`, 10_000, {}, { replicas: 1 });
+    t.ok("lease" in next && !next.replicated, `lease ${n} taken, reported as not replicated`);
+  }
+  t.equal(
+    await waits(),
+    1,
+    `no WAIT for the leases taken within ${UNREPLICATED_BACKOFF_MS / 1000} s of the unanswered one`,
+  );
   plain.disconnect();
   await stopDaemon(lone.record);
 });
