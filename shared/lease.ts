@@ -4,6 +4,7 @@
 // renews it while it works, and checks it before every change (`guard`). A worker killed with
 // SIGKILL simply stops renewing: the lease expires after its TTL and the next worker takes over.
 import { randomBytes } from "node:crypto";
+import { setTimeout as sleep } from "node:timers/promises";
 import type { Redis } from "ioredis";
 import { KEY_PREFIX } from "./queue.ts";
 
@@ -61,6 +62,11 @@ const REPLICATION_WAIT_MS = 500;
  * skipped waits would have timed out too, so no lease is less safe for it.
  */
 export const UNREPLICATED_BACKOFF_MS = 10_000;
+/**
+ * How often guard() asks again when Redis answers with an error (a connection closed by a failover,
+ * a primary turned replica): the step goes on once Redis confirms the lease, for up to a TTL.
+ */
+const GUARD_RETRY_MS = 250;
 const unacknowledgedAt = new WeakMap<Redis, number>();
 
 export interface LeaseOptions {
@@ -160,6 +166,24 @@ export async function acquireLease(
     Math.max(100, Math.floor(ttlMs / 3)),
   );
   timer.unref();
+  // Whether Redis says this holder still has the lease. An error is not a "no": asked again until
+  // Redis answers, for up to a TTL (after which the lease may have gone anyway).
+  const confirm = async (): Promise<boolean> => {
+    const deadline = Date.now() + ttlMs;
+    for (;;) {
+      try {
+        return options.reclaim
+          ? (await redis.eval(RENEW, 1, key, token, String(ttlMs), reclaim)) === 1
+          : (await redis.get(key)) === token;
+      } catch (error) {
+        if (Date.now() + GUARD_RETRY_MS > deadline)
+          throw new Error(`Redis did not confirm the lease on ${clusterKey} within ${ttlMs} ms`, {
+            cause: error,
+          });
+        await sleep(GUARD_RETRY_MS);
+      }
+    }
+  };
   return {
     read,
     alsoRead: also,
@@ -167,12 +191,7 @@ export async function acquireLease(
     replicated: acknowledged >= replicas,
     lease: {
       async guard() {
-        if (!lost) {
-          const holds = options.reclaim
-            ? (await redis.eval(RENEW, 1, key, token, String(ttlMs), reclaim)) === 1
-            : (await redis.get(key)) === token;
-          if (holds) return;
-        }
+        if (!lost && (await confirm())) return;
         lost = true;
         throw new LeaseLostError(`lease on ${clusterKey} was lost; another worker holds it now`);
       },

@@ -99,10 +99,55 @@ export function redisClientOptions(config: RedisSettings, extra: RedisOptions): 
   };
 }
 
+/** How long a client that ended without being closed waits before it connects again. */
+export const RESTART_AFTER_END_MS = 1_000;
+
+/**
+ * An ioredis client that connects again when it ended without being closed. ioredis ends a Sentinel
+ * client for good when its failover detector (left from the connection before) fires while the
+ * client is asking the sentinels for the new primary: the connector throws "Connection is closed.",
+ * the client's status becomes "end" and every later command fails with that, in a process that
+ * otherwise looks alive. Its duplicates (BullMQ's blocking connections) are of the same kind.
+ */
+export class ResilientRedis extends Redis {
+  #closed = false;
+
+  constructor(url: string | undefined, options: RedisOptions & { replyMapping?: "legacy" }) {
+    if (url === undefined) super(options);
+    else super(url, options);
+    this.on("end", () => {
+      if (this.#closed) return;
+      const restart = setTimeout(() => {
+        if (!this.#closed && this.status === "end") this.connect().catch(() => undefined);
+      }, RESTART_AFTER_END_MS);
+      restart.unref();
+    });
+    // ioredis types duplicate() generically over its reply mapping, which a subclass cannot
+    // override: the instance gets its own. Writable and configurable, as BullMQ's proxy of the
+    // client returns a duplicate() of its own (a proxy may not for a fixed property).
+    Object.defineProperty(this, "duplicate", {
+      value: (override?: Partial<RedisOptions>) =>
+        new ResilientRedis(undefined, { ...this.options, ...(override ?? {}), replyMapping: "legacy" }),
+      writable: true,
+      configurable: true,
+    });
+  }
+
+  override disconnect(reconnect = false): void {
+    if (!reconnect) this.#closed = true;
+    super.disconnect(reconnect);
+  }
+
+  override quit(...args: Parameters<Redis["quit"]>): ReturnType<Redis["quit"]> {
+    this.#closed = true;
+    return super.quit(...args);
+  }
+}
+
 /** A new ioredis client for the configured Redis (URL or Sentinel group). */
 export function connectRedis(config: RedisSettings, extra: RedisOptions = {}): Redis {
-  const options = redisClientOptions(config, extra);
-  return config.redisSentinel ? new Redis(options) : new Redis(config.redisUrl, options);
+  const options = { ...redisClientOptions(config, extra), replyMapping: "legacy" as const };
+  return new ResilientRedis(config.redisSentinel ? undefined : config.redisUrl, options);
 }
 
 /** Where the configured Redis is, for logs and messages (never with a password). */

@@ -119,6 +119,50 @@ t.test("a reclaiming holder takes back a lease Redis lost, never one another wor
   await plain.lease.release();
 });
 
+t.test("a guard asked while Redis does not answer waits for its answer, up to a TTL", async (t) => {
+  const own = join(dir, "restarting");
+  const options = { dir: own, logFile: join(dir, "restarting.log"), pidFile: join(dir, "restarting.pid") };
+  let server = await startRedis(options);
+  // maxRetriesPerRequest 0: a command sent while the connection is down fails at once, as one in
+  // flight fails when a failover closes the connection.
+  const client = new Redis(server.url, { maxRetriesPerRequest: 0, retryStrategy: () => 100 });
+  client.on("error", () => {});
+  t.teardown(async () => {
+    client.disconnect();
+    await stopDaemon(server.record, 0);
+  });
+  const held = await acquireLease(client, "ns/restart", 10_000);
+  if (!("lease" in held)) throw new Error("could not acquire");
+  await stopDaemon(server.record);
+  const guarded = held.lease.guard().then(
+    () => "confirmed",
+    (error: unknown) => `refused: ${String(error)}`,
+  );
+  await sleep(1_000);
+  await t.rejects(client.get("any"), "meanwhile a command fails at once");
+  server = await startRedis({ ...options, port: server.port });
+  t.equal(
+    await guarded,
+    "confirmed",
+    "the guard passes once Redis is back with the lease (its append-only file)",
+  );
+  await held.lease.release();
+
+  const short = await acquireLease(client, "ns/gone", 1_000);
+  if (!("lease" in short)) throw new Error("could not acquire");
+  await stopDaemon(server.record, 0);
+  const error = await short.lease.guard().then(
+    () => undefined,
+    (e: unknown) => e,
+  );
+  t.ok(
+    error instanceof Error && !(error instanceof LeaseLostError),
+    "with Redis gone for a whole TTL the guard fails",
+  );
+  t.match(String(error), /did not confirm the lease on ns\/gone within 1000 ms/, "saying so");
+  short.lease.release().catch(() => undefined);
+});
+
 t.test("the read floor only rises, and only holds plain revisions", async (t) => {
   const key = floorKey("ns/floor");
   await raiseFloor(redis, "ns/floor", "99");

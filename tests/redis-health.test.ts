@@ -11,14 +11,19 @@ import { setTimeout as sleep } from "node:timers/promises";
 import { Redis } from "ioredis";
 import { pino } from "pino";
 import t from "tap";
-import { readPidFile, stopDaemon } from "../infra/local/daemons.ts";
+import { freePort, readPidFile, stopDaemon } from "../infra/local/daemons.ts";
 import { startRedis } from "../infra/local/redis.ts";
 import { startSentinelGroup } from "../infra/local/redis-sentinel.ts";
 import { loadConfig } from "../shared/config.ts";
 import { acquireLease, leaseKey, UNREPLICATED_BACKOFF_MS } from "../shared/lease.ts";
 import { operatorMetrics } from "../shared/metrics.ts";
 import { createCertificateAuthority, issueCertificate } from "../shared/pki.ts";
-import { connectRedis, leaseReplicas, REDIS_SOCKET_TIMEOUT_MS } from "../shared/redis-connection.ts";
+import {
+  connectRedis,
+  leaseReplicas,
+  REDIS_SOCKET_TIMEOUT_MS,
+  RESTART_AFTER_END_MS,
+} from "../shared/redis-connection.ts";
 import { watchRedis } from "../shared/redis-health.ts";
 
 const dir = mkdtempSync(join(tmpdir(), "eop-redis-health-"));
@@ -148,6 +153,55 @@ t.test(
       lines.some((l) => l.msg === "Redis connection lost; steps wait until it is back"),
       "and the lost connection was reported",
     );
+  },
+);
+
+t.test(
+  "a client that ended without being closed connects again; one closed on purpose stays closed",
+  async (t) => {
+    // ioredis ends a client for good when a connect fails in its connector (with Sentinel: a failover
+    // noticed while it asks the sentinels). Here the same end comes from a retry strategy that gives
+    // up while nothing listens on the port.
+    const port = await freePort();
+    const config = loadConfig({ REDIS_URL: `redis://127.0.0.1:${port}` });
+    const client = connectRedis(config, { maxRetriesPerRequest: 0, retryStrategy: () => null });
+    client.on("error", () => {});
+    const closed = connectRedis(config, { maxRetriesPerRequest: 0, retryStrategy: () => null });
+    closed.on("error", () => {});
+    const copy = client.duplicate();
+    copy.on("error", () => {});
+    t.teardown(() => {
+      client.disconnect();
+      closed.disconnect();
+      copy.disconnect();
+    });
+    const ended = (c: Redis) =>
+      new Promise<void>((resolve) => (c.status === "end" ? resolve() : c.once("end", () => resolve())));
+    await Promise.all([ended(client), ended(copy)]);
+    t.pass("the clients ended: nothing answers and their retry strategy gave up");
+    closed.disconnect();
+    const serverDir = join(dir, "late");
+    const server = await startRedis({
+      dir: serverDir,
+      logFile: join(dir, "late.log"),
+      pidFile: join(dir, "late.pid"),
+      port,
+    });
+    t.teardown(() => stopDaemon(server.record, 0));
+    const ready = async (c: Redis) => {
+      const deadline = Date.now() + 10_000;
+      while (c.status !== "ready" && Date.now() < deadline) await sleep(100);
+      return c.status;
+    };
+    t.equal(
+      await ready(client),
+      "ready",
+      `connected again once Redis answered (within ${RESTART_AFTER_END_MS} ms of each end)`,
+    );
+    t.equal(await client.ping(), "PONG", "and its commands are answered");
+    t.equal(await ready(copy), "ready", "so is a duplicate of it (BullMQ's blocking connections)");
+    await sleep(2 * RESTART_AFTER_END_MS);
+    t.equal(closed.status, "end", "a client closed on purpose stays closed");
   },
 );
 
