@@ -13,6 +13,7 @@ import type { OperatorConfig } from "../shared/config.ts";
 import type { Kube } from "../shared/kube.ts";
 import { acquireLease, LeaseLostError } from "../shared/lease.ts";
 import type { Logger } from "../shared/log.ts";
+import { type PromptDelays, promptDelays } from "../shared/prompt-delay.ts";
 import {
   BACKUP_JOB,
   BACKUP_QUEUE,
@@ -39,12 +40,12 @@ export interface BackupWorkerDeps {
   queue?: Queue;
 }
 
-async function delay(job: Job, token: string | undefined, ms: number): Promise<never> {
-  await job.moveToDelayed(Date.now() + Math.max(0, ms), token);
+async function delay(delays: PromptDelays, job: Job, token: string | undefined, ms: number): Promise<never> {
+  await delays.delay(job, token, ms);
   throw new DelayedError();
 }
 
-export function createBackupProcessor(deps: BackupWorkerDeps) {
+export function createBackupProcessor(deps: BackupWorkerDeps, delays: PromptDelays = promptDelays()) {
   const etcd = { timeoutMs: deps.config.etcdTimeoutMs };
   const leaseOptions = { replicas: leaseReplicas(deps.config) };
   const processJob = async (job: Job, token?: string): Promise<unknown> => {
@@ -75,7 +76,7 @@ export function createBackupProcessor(deps: BackupWorkerDeps) {
           { heldForMs: acquired.heldForMs },
           "another run of this backup is in flight; waiting for it",
         );
-        return delay(job, token, Math.min(acquired.heldForMs, 5_000));
+        return delay(delays, job, token, Math.min(acquired.heldForMs, 5_000));
       }
       try {
         const backup = await deps.kube.getBackup(namespace, name);
@@ -115,7 +116,7 @@ export function createBackupProcessor(deps: BackupWorkerDeps) {
       const acquired = changesCluster
         ? await acquireLease(deps.redis, cluster, deps.config.leaseTtlMs, {}, leaseOptions)
         : { lease: { guard: async () => {}, release: async () => {} } };
-      if ("heldForMs" in acquired) return delay(job, token, Math.min(acquired.heldForMs, 1_000));
+      if ("heldForMs" in acquired) return delay(delays, job, token, Math.min(acquired.heldForMs, 1_000));
       let requeueAfterMs: number | undefined;
       try {
         const result = await restoreStep(restore, {
@@ -133,7 +134,7 @@ export function createBackupProcessor(deps: BackupWorkerDeps) {
       } finally {
         await acquired.lease.release();
       }
-      return delay(job, token, requeueAfterMs);
+      return delay(delays, job, token, requeueAfterMs);
     }
     throw new UnrecoverableError(`unknown job "${job.name}" on ${BACKUP_QUEUE}`);
   };
@@ -176,7 +177,8 @@ function followUp(deps: BackupWorkerDeps, job: Job): void {
 }
 
 export function startBackupWorker(deps: BackupWorkerDeps): Worker {
-  const worker = new Worker(BACKUP_QUEUE, createBackupProcessor(deps), {
+  const delays = promptDelays();
+  const worker = new Worker(BACKUP_QUEUE, createBackupProcessor(deps, delays), {
     connection: deps.connection,
     concurrency: deps.config.backupConcurrency,
     lockDuration: 30_000,
@@ -184,6 +186,7 @@ export function startBackupWorker(deps: BackupWorkerDeps): Worker {
     maxStalledCount: 10,
     drainDelay: IDLE_POLL_SECONDS,
   });
+  worker.on("closing", () => delays.close());
   worker.on("failed", (job, error) => {
     deps.log.warn({ job: job?.id, err: error, attemptsMade: job?.attemptsMade }, "backup job failed");
     if (job) followUp(deps, job);

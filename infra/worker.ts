@@ -13,6 +13,7 @@ import { acquireLease, LeaseLostError } from "../shared/lease.ts";
 import type { Logger } from "../shared/log.ts";
 import { lookKey, lookRecord, parseLookRecord, quickLook } from "../shared/look.ts";
 import { countQuickLook, measureReconcile } from "../shared/metrics.ts";
+import { type PromptDelays, promptDelays } from "../shared/prompt-delay.ts";
 import {
   dirtyKey,
   ensureReconcile,
@@ -43,8 +44,8 @@ export interface WorkerDeps {
   redisHealth?: RedisHealth;
 }
 
-async function delay(job: Job, token: string | undefined, ms: number): Promise<never> {
-  await job.moveToDelayed(Date.now() + Math.max(0, ms), token);
+async function delay(delays: PromptDelays, job: Job, token: string | undefined, ms: number): Promise<never> {
+  await delays.delay(job, token, ms);
   throw new DelayedError();
 }
 
@@ -55,13 +56,14 @@ async function delay(job: Job, token: string | undefined, ms: number): Promise<n
  * looked at again once the job is delayed (a later request finds it delayed and promotes it).
  */
 async function delayUnlessDirty(
+  delays: PromptDelays,
   job: Job,
   token: string | undefined,
   ms: number,
   redis: Redis,
   dirty: string,
 ): Promise<never> {
-  await job.moveToDelayed(Date.now() + Math.max(0, ms), token);
+  await delays.delay(job, token, ms);
   if ((await redis.exists(dirty)) === 1) await job.promote().catch(() => undefined);
   throw new DelayedError();
 }
@@ -87,7 +89,7 @@ export function nextLookMs(config: Pick<OperatorConfig, "reconcileIntervalMs">):
   return Math.round(config.reconcileIntervalMs * (0.75 + Math.random() * 0.5));
 }
 
-export function createProcessor(deps: WorkerDeps) {
+export function createProcessor(deps: WorkerDeps, delays: PromptDelays = promptDelays()) {
   const leaseOptions = { replicas: leaseReplicas(deps.config) };
   // Which member a quick look asks: each in its turn.
   let turn = 0;
@@ -123,7 +125,7 @@ export function createProcessor(deps: WorkerDeps) {
     );
     if ("heldForMs" in acquired) {
       log.debug({ heldForMs: acquired.heldForMs }, "another worker holds the cluster; retrying later");
-      return delay(job, token, Math.min(acquired.heldForMs, 1_000));
+      return delay(delays, job, token, Math.min(acquired.heldForMs, 1_000));
     }
     if (!acquired.replicated && Date.now() - lastUnreplicatedWarning > 60_000) {
       // The step runs all the same: its guard() stops it at the next change if a failover loses
@@ -142,8 +144,8 @@ export function createProcessor(deps: WorkerDeps) {
       countQuickLook(difference === undefined);
       if (difference === undefined) {
         const dirtyAgain = await lease.release();
-        if (dirtyAgain) return delay(job, token, 0);
-        return delayUnlessDirty(job, token, nextLookMs(deps.config), deps.redis, dirty);
+        if (dirtyAgain) return delay(delays, job, token, 0);
+        return delayUnlessDirty(delays, job, token, nextLookMs(deps.config), deps.redis, dirty);
       }
       log.debug({ difference }, "the quick look found a change; looking in full");
     }
@@ -196,7 +198,7 @@ export function createProcessor(deps: WorkerDeps) {
     } catch (error) {
       if (error instanceof LeaseLostError) {
         log.warn("lease lost mid-step; the new holder finishes the work");
-        return delay(job, token, 1_000);
+        return delay(delays, job, token, 1_000);
       }
       throw error;
     } finally {
@@ -205,14 +207,15 @@ export function createProcessor(deps: WorkerDeps) {
     if (dirtyAgain) requeueAfterMs = 0;
     if (requeueAfterMs !== undefined)
       return requeueAfterMs > 0
-        ? delayUnlessDirty(job, token, requeueAfterMs, deps.redis, dirty)
-        : delay(job, token, 0);
+        ? delayUnlessDirty(delays, job, token, requeueAfterMs, deps.redis, dirty)
+        : delay(delays, job, token, 0);
     return { steady: true };
   };
 }
 
 export function startWorker(deps: WorkerDeps): Worker {
-  const worker = new Worker(RECONCILE_QUEUE, createProcessor(deps), {
+  const delays = promptDelays();
+  const worker = new Worker(RECONCILE_QUEUE, createProcessor(deps, delays), {
     connection: deps.connection,
     concurrency: deps.config.workerConcurrency,
     // A killed worker's job is handed on after the lock lapses; steps are idempotent, so a
@@ -223,6 +226,7 @@ export function startWorker(deps: WorkerDeps): Worker {
     // A new job wakes an idle worker at once; between jobs it asks Redis again only this often.
     drainDelay: IDLE_POLL_SECONDS,
   });
+  worker.on("closing", () => delays.close());
   worker.on("failed", (job, error) => {
     deps.log.warn({ job: job?.id, err: error, attemptsMade: job?.attemptsMade }, "reconcile job failed");
   });

@@ -504,6 +504,11 @@ async function checkRendering(
     t.equal(container.readinessProbe?.httpGet?.path, "/readyz", `${where}: readiness on /readyz`);
   }
   checkChaos(t, operator, options.chaos);
+  if (!options.redisUrl) {
+    const redis = deployments.find((d) => d.metadata.labels?.["app.kubernetes.io/component"] === "redis");
+    const args = redis?.spec?.template.spec?.containers[0]?.args ?? [];
+    t.equal(args[args.indexOf("--hz") + 1], "1", "the bundled Redis runs its timer at 1 Hz (cheap at rest)");
+  }
   // RBAC: the scope decides Role or ClusterRole, with the same rules either way.
   const roles = ofKind<V1Role>(objects, "Role");
   const clusterRoles = ofKind<V1ClusterRole>(objects, "ClusterRole");
