@@ -1,8 +1,9 @@
-// buildah as the image builds use it: images kept in the project's cache (vfs storage, which needs
-// no overlay support from the kernel), never in the machine's own container storage.
+// buildah as the image builds use it: images kept in the project's cache, never in the machine's
+// own container storage. Overlay storage where the kernel has it: vfs copies the whole tree for
+// every layer, which made a build that only changed sources take minutes of copying.
 import { spawn } from "node:child_process";
 import { createWriteStream } from "node:fs";
-import { mkdir } from "node:fs/promises";
+import { mkdir, readFile } from "node:fs/promises";
 import { join } from "node:path";
 
 export interface Buildah {
@@ -16,17 +17,49 @@ export interface Buildah {
   argv(args: string[]): string[];
 }
 
+export type StorageDriver = "overlay" | "vfs";
+
+/**
+ * The storage driver: `ETCD_OPERATOR_BUILDAH_DRIVER` when set, else overlay when the kernel lists
+ * it and the cache is not itself on overlay or tmpfs (where overlay cannot stack), else vfs.
+ */
+export async function storageDriver(cacheDir: string): Promise<StorageDriver> {
+  const asked = process.env.ETCD_OPERATOR_BUILDAH_DRIVER;
+  if (asked === "overlay" || asked === "vfs") return asked;
+  if (asked)
+    throw new Error(`ETCD_OPERATOR_BUILDAH_DRIVER must be overlay or vfs, not ${JSON.stringify(asked)}`);
+  const filesystems = await readFile("/proc/filesystems", "utf8").catch(() => "");
+  if (!/\toverlay$/m.test(filesystems)) return "vfs";
+  const under = await mountTypeOf(cacheDir);
+  return under === "overlay" || under === "tmpfs" ? "vfs" : "overlay";
+}
+
+/** The filesystem type of the mount holding path (the longest mount point that prefixes it). */
+async function mountTypeOf(path: string): Promise<string | undefined> {
+  const mounts = await readFile("/proc/self/mounts", "utf8").catch(() => "");
+  let best: { point: string; type: string } | undefined;
+  for (const line of mounts.split("\n")) {
+    const [, point, type] = line.split(" ");
+    if (!point || !type) continue;
+    const inside = path === point || path.startsWith(point.endsWith("/") ? point : `${point}/`);
+    if (inside && (!best || point.length > best.point.length)) best = { point, type };
+  }
+  return best?.type;
+}
+
 export async function projectBuildah(cacheDir: string): Promise<Buildah> {
   const root = join(cacheDir, "images");
   await mkdir(root, { recursive: true });
   const logFile = join(root, "build.log");
+  const driver = await storageDriver(cacheDir);
+  // Each driver its own storage: neither can open the other's.
   const storage = [
     "--root",
-    join(root, "storage"),
+    join(root, driver === "vfs" ? "storage" : `storage-${driver}`),
     "--runroot",
-    join(root, "run"),
+    join(root, driver === "vfs" ? "run" : `run-${driver}`),
     "--storage-driver",
-    "vfs",
+    driver,
   ];
   return {
     logFile,
