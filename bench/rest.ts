@@ -221,7 +221,7 @@ try {
     setup:
       `one \`--role all\` process (${build.build}) with every setting at its default (a look every ` +
       `${defaults.reconcileIntervalMs / 1000} s, a full look every ${defaults.fullLookIntervalMs / 1000} s), ` +
-      `LOG_LEVEL info, beside the local control plane's Redis (10 Hz); windows of ${SECONDS} s, 30 s after the rounds`,
+      `LOG_LEVEL info, beside the local control plane's Redis (1 Hz); windows of ${SECONDS} s, 30 s after the rounds`,
     round: { first: firstRound, warm: warmRound, goal: GOALS.roundCpuSeconds },
     rest,
     healOnVolumeMs: { ...summary(healMs), goal: GOALS.healOnVolumeMs },

@@ -241,6 +241,37 @@ t.test("trims without --expose-gc; trim growth 0 is off", async (t) => {
   t.equal(other.trimCalls, 0, "trimGrowthBytes 0 never trims");
 });
 
+t.test("looks less often while nothing moves, and at its interval again once something does", async (t) => {
+  let use: MemoryUse = { heapUsed: 40 * MiB, arrayBuffers: 0 };
+  const looks: number[] = [];
+  let collectedAt = 0;
+  const keeper = startMemoryKeeper({
+    intervalMs: 10,
+    idleIntervalMs: 160,
+    growthBytes: 8 * MiB,
+    usage: () => {
+      looks.push(performance.now());
+      return use;
+    },
+    collect: async () => {},
+    onCollected: () => {
+      collectedAt = performance.now();
+    },
+  });
+  t.teardown(() => keeper.stop());
+  const quietFrom = performance.now();
+  await sleep(600);
+  const quiet = looks.filter((at) => at > quietFrom).length;
+  // At its interval that is about 60 looks; backing off 10, 20, 40, 80, 160, 160, … about 7.
+  t.ok(quiet <= 12, `quiet for 600 ms: ${quiet} looks`);
+  use = { heapUsed: 49 * MiB, arrayBuffers: 0 }; // +9 MiB: a collection at the next look
+  await sleep(400); // the backed-off look is at most 160 ms away
+  t.equal(keeper.collections, 1, "growth after a quiet time is collected at the next look");
+  const after = looks.filter((at) => at > collectedAt && at <= collectedAt + 150).length;
+  // After the collection: at 10, 30 and 70 ms (then 150); backed off, one at most.
+  t.ok(after >= 3, `looking often again: ${after} looks in the 150 ms after the collection`);
+});
+
 t.test("the real malloc_trim hands the pages of freed Buffers back to the system", async (t) => {
   const addon = buildMallocTrimAddon();
   if (addon.path === undefined) {
