@@ -143,11 +143,12 @@ function percentile(sorted: number[], p: number): number {
   return sorted[Math.min(sorted.length - 1, Math.floor((p / 100) * sorted.length))] ?? Number.NaN;
 }
 
+/** No job waiting or running. A live cluster at rest keeps its job delayed to its next look. */
 async function drained(): Promise<void> {
   await waitFor(
     "the reconcile queue to drain",
     async () => {
-      const counts = await queue.getJobCounts("waiting", "active", "delayed", "prioritized");
+      const counts = await queue.getJobCounts("waiting", "active", "prioritized");
       return Object.values(counts).every((n) => n === 0) ? true : undefined;
     },
     { timeoutMs: 600_000, intervalMs: 100 },
