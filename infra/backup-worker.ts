@@ -5,7 +5,7 @@
 //   (the upload's last bytes included), so a run taken over never mixes its object with another's.
 // - A restore changes a cluster, so it holds the cluster's own lease (the reconcile's), and each
 //   phase that must wait moves the job to delayed: no sleeping worker.
-import { DelayedError, type Job, type Queue, UnrecoverableError, Worker } from "bullmq";
+import { type Job, type Queue, UnrecoverableError, Worker } from "bullmq";
 import type { Redis } from "ioredis";
 import { BackupSpecError, backupJob, isPeriodic, lastRunIsCurrent } from "../functions/backup.ts";
 import { restoreStep } from "../functions/restore.ts";
@@ -13,7 +13,7 @@ import type { OperatorConfig } from "../shared/config.ts";
 import type { Kube } from "../shared/kube.ts";
 import { acquireLease, LeaseLostError } from "../shared/lease.ts";
 import type { Logger } from "../shared/log.ts";
-import { type PromptDelays, promptDelays } from "../shared/prompt-delay.ts";
+import { delayJob, type PromptDelays, promptDelays } from "../shared/prompt-delay.ts";
 import {
   BACKUP_JOB,
   BACKUP_QUEUE,
@@ -38,11 +38,6 @@ export interface BackupWorkerDeps {
   redisHealth?: RedisHealth;
   /** The backup queue, to ask again for an object whose request came while its last job ran. */
   queue?: Queue;
-}
-
-async function delay(delays: PromptDelays, job: Job, token: string | undefined, ms: number): Promise<never> {
-  await delays.delay(job, token, ms);
-  throw new DelayedError();
 }
 
 export function createBackupProcessor(deps: BackupWorkerDeps, delays: PromptDelays = promptDelays()) {
@@ -76,7 +71,7 @@ export function createBackupProcessor(deps: BackupWorkerDeps, delays: PromptDela
           { heldForMs: acquired.heldForMs },
           "another run of this backup is in flight; waiting for it",
         );
-        return delay(delays, job, token, Math.min(acquired.heldForMs, 5_000));
+        return delayJob(delays, job, token, Math.min(acquired.heldForMs, 5_000));
       }
       try {
         const backup = await deps.kube.getBackup(namespace, name);
@@ -116,7 +111,7 @@ export function createBackupProcessor(deps: BackupWorkerDeps, delays: PromptDela
       const acquired = changesCluster
         ? await acquireLease(deps.redis, cluster, deps.config.leaseTtlMs, {}, leaseOptions)
         : { lease: { guard: async () => {}, release: async () => {} } };
-      if ("heldForMs" in acquired) return delay(delays, job, token, Math.min(acquired.heldForMs, 1_000));
+      if ("heldForMs" in acquired) return delayJob(delays, job, token, Math.min(acquired.heldForMs, 1_000));
       let requeueAfterMs: number | undefined;
       try {
         const result = await restoreStep(restore, {
@@ -134,7 +129,7 @@ export function createBackupProcessor(deps: BackupWorkerDeps, delays: PromptDela
       } finally {
         await acquired.lease.release();
       }
-      return delay(delays, job, token, requeueAfterMs);
+      return delayJob(delays, job, token, requeueAfterMs);
     }
     throw new UnrecoverableError(`unknown job "${job.name}" on ${BACKUP_QUEUE}`);
   };

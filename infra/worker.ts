@@ -13,7 +13,7 @@ import { acquireLease, LeaseLostError } from "../shared/lease.ts";
 import type { Logger } from "../shared/log.ts";
 import { lookKey, lookRecord, parseLookRecord, quickLook } from "../shared/look.ts";
 import { countQuickLook, measureReconcile } from "../shared/metrics.ts";
-import { type PromptDelays, promptDelays } from "../shared/prompt-delay.ts";
+import { delayJob, type PromptDelays, promptDelays } from "../shared/prompt-delay.ts";
 import {
   dirtyKey,
   ensureReconcile,
@@ -42,11 +42,6 @@ export interface WorkerDeps {
   log: Logger;
   /** The worker connection's health: its errors while Redis is down are reported there, rate-limited. */
   redisHealth?: RedisHealth;
-}
-
-async function delay(delays: PromptDelays, job: Job, token: string | undefined, ms: number): Promise<never> {
-  await delays.delay(job, token, ms);
-  throw new DelayedError();
 }
 
 /**
@@ -125,7 +120,7 @@ export function createProcessor(deps: WorkerDeps, delays: PromptDelays = promptD
     );
     if ("heldForMs" in acquired) {
       log.debug({ heldForMs: acquired.heldForMs }, "another worker holds the cluster; retrying later");
-      return delay(delays, job, token, Math.min(acquired.heldForMs, 1_000));
+      return delayJob(delays, job, token, Math.min(acquired.heldForMs, 1_000));
     }
     if (!acquired.replicated && Date.now() - lastUnreplicatedWarning > 60_000) {
       // The step runs all the same: its guard() stops it at the next change if a failover loses
@@ -144,7 +139,7 @@ export function createProcessor(deps: WorkerDeps, delays: PromptDelays = promptD
       countQuickLook(difference === undefined);
       if (difference === undefined) {
         const dirtyAgain = await lease.release();
-        if (dirtyAgain) return delay(delays, job, token, 0);
+        if (dirtyAgain) return delayJob(delays, job, token, 0);
         return delayUnlessDirty(delays, job, token, nextLookMs(deps.config), deps.redis, dirty);
       }
       log.debug({ difference }, "the quick look found a change; looking in full");
@@ -198,7 +193,7 @@ export function createProcessor(deps: WorkerDeps, delays: PromptDelays = promptD
     } catch (error) {
       if (error instanceof LeaseLostError) {
         log.warn("lease lost mid-step; the new holder finishes the work");
-        return delay(delays, job, token, 1_000);
+        return delayJob(delays, job, token, 1_000);
       }
       throw error;
     } finally {
@@ -208,7 +203,7 @@ export function createProcessor(deps: WorkerDeps, delays: PromptDelays = promptD
     if (requeueAfterMs !== undefined)
       return requeueAfterMs > 0
         ? delayUnlessDirty(delays, job, token, requeueAfterMs, deps.redis, dirty)
-        : delay(delays, job, token, 0);
+        : delayJob(delays, job, token, 0);
     return { steady: true };
   };
 }

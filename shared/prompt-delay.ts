@@ -4,7 +4,7 @@
 // costs next to nothing at rest). A step that asks to be looked at again in 500 ms would wait up to
 // three times that. So for short delays the process that set one promotes the job itself when due;
 // longer ones (a cluster's next look at rest) are left to Redis, where a tick does not matter.
-import type { Job } from "bullmq";
+import { DelayedError, type Job } from "bullmq";
 
 /** Delays up to this long are promoted by the process's own timer. */
 export const PROMPT_DELAY_MAX_MS = 5_000;
@@ -47,4 +47,15 @@ export function promptDelays(): PromptDelays {
       for (const id of [...timers.keys()]) disarm(id);
     },
   };
+}
+
+/** Delays the job and ends its processor's run, as BullMQ asks of a job that moved itself. */
+export async function delayJob(
+  delays: PromptDelays,
+  job: Job,
+  token: string | undefined,
+  ms: number,
+): Promise<never> {
+  await delays.delay(job, token, ms);
+  throw new DelayedError();
 }

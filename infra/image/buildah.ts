@@ -3,7 +3,7 @@
 // every layer, which made a build that only changed sources take minutes of copying.
 import { spawn } from "node:child_process";
 import { createWriteStream } from "node:fs";
-import { mkdir, readFile } from "node:fs/promises";
+import { mkdir, readFile, statfs } from "node:fs/promises";
 import { join } from "node:path";
 
 export interface Buildah {
@@ -19,6 +19,10 @@ export interface Buildah {
 
 export type StorageDriver = "overlay" | "vfs";
 
+/** statfs(2)'s f_type of the filesystems overlay cannot stack on (linux/magic.h). */
+const OVERLAYFS_MAGIC = 0x794c7630;
+const TMPFS_MAGIC = 0x01021994;
+
 /**
  * The storage driver: `ETCD_OPERATOR_BUILDAH_DRIVER` when set, else overlay when the kernel lists
  * it and the cache is not itself on overlay or tmpfs (where overlay cannot stack), else vfs.
@@ -30,21 +34,8 @@ export async function storageDriver(cacheDir: string): Promise<StorageDriver> {
     throw new Error(`ETCD_OPERATOR_BUILDAH_DRIVER must be overlay or vfs, not ${JSON.stringify(asked)}`);
   const filesystems = await readFile("/proc/filesystems", "utf8").catch(() => "");
   if (!/\toverlay$/m.test(filesystems)) return "vfs";
-  const under = await mountTypeOf(cacheDir);
-  return under === "overlay" || under === "tmpfs" ? "vfs" : "overlay";
-}
-
-/** The filesystem type of the mount holding path (the longest mount point that prefixes it). */
-async function mountTypeOf(path: string): Promise<string | undefined> {
-  const mounts = await readFile("/proc/self/mounts", "utf8").catch(() => "");
-  let best: { point: string; type: string } | undefined;
-  for (const line of mounts.split("\n")) {
-    const [, point, type] = line.split(" ");
-    if (!point || !type) continue;
-    const inside = path === point || path.startsWith(point.endsWith("/") ? point : `${point}/`);
-    if (inside && (!best || point.length > best.point.length)) best = { point, type };
-  }
-  return best?.type;
+  const { type } = await statfs(cacheDir);
+  return type === OVERLAYFS_MAGIC || type === TMPFS_MAGIC ? "vfs" : "overlay";
 }
 
 export async function projectBuildah(cacheDir: string): Promise<Buildah> {
